@@ -1,0 +1,1 @@
+"""zkqueue: Curator queue recipes for Python."""
