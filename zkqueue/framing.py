@@ -119,7 +119,9 @@ def decode_items(data: bytes | bytearray | memoryview | None, *, strict: bool = 
         )
     (version,) = _INT32.unpack_from(data, 0)
     if version != VERSION:
-        raise CorruptItemError(f"Incorrect version. Expected {VERSION} - Found: {version} (0x{version & 0xFFFFFFFF:08X})")
+        raise CorruptItemError(
+            f"Incorrect version. Expected {VERSION} - Found: {version} (0x{version & 0xFFFFFFFF:08X})"
+        )
 
     unpack_int = _INT32.unpack_from
     items: list[bytes] = []
