@@ -343,7 +343,9 @@ def curator_parse_id(name: str) -> tuple[str, str]:
     return name[first + 1 : second], name[:first] + name[second + 1 :]
 
 
-@pytest.mark.parametrize("item_id", ["job_1_x", "id", "a.b-c~d", "é日本語", "with space", "_", ".", "..", "x" * 300])
+@pytest.mark.parametrize(
+    "item_id", ["job_1_x", "id", "a.b-c~d", "é日本語", "with space", "_", ".", "..", "x" * 300]
+)
 def test_plain_ids_are_curator_identical(item_id: str) -> None:
     assert id_prefix(item_id) == "queue-|" + item_id.replace("/", "_").replace("|", "_") + "|"
 
