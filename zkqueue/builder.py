@@ -1,0 +1,114 @@
+"""QueueBuilder: Curator's fluent builder for DistributedQueue (and, through hooks, the typed queues)."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Executor
+from typing import Any, Generic, TypeVar
+
+from kazoo.client import KazooClient
+
+from . import naming
+from .errors import ConfigurationError
+from .queue import DistributedQueue
+
+log = logging.getLogger("zkqueue.builder")
+
+T = TypeVar("T")
+
+
+class QueueBuilder(Generic[T]):
+    """Configure and build a queue::
+
+        q = (QueueBuilder.builder(client, consumer, StrSerializer(), "/queues/jobs")
+               .lock_path("/queues/jobs-locks")
+               .build_queue())
+
+    ``consumer`` may be a QueueConsumer, any callable(item), or None for a producer-only queue.
+    """
+
+    def __init__(self, client: KazooClient, consumer: Any, serializer: Any, queue_path: str) -> None:
+        if client is None:
+            raise ConfigurationError("client is required")
+        if serializer is None:
+            raise ConfigurationError("serializer is required")
+        self._client = client
+        self._consumer = consumer
+        self._serializer = serializer
+        self._queue_path = naming.validate_queue_path(queue_path)
+        self._options: dict[str, Any] = {}
+
+    @classmethod
+    def builder(cls, client: KazooClient, consumer: Any, serializer: Any, queue_path: str) -> "QueueBuilder[T]":
+        return cls(client, consumer, serializer, queue_path)
+
+    # -- Curator options
+    def lock_path(self, path: str) -> "QueueBuilder[T]":
+        """Lock-safe consumption: an item is deleted only after the consumer returned."""
+        self._options["lock_path"] = naming.validate_path(path)
+        return self
+
+    def max_items(self, n: int) -> "QueueBuilder[T]":
+        """Bounded queue: put blocks while the queue holds ``n`` items or more. Forces foreground puts."""
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigurationError(f"max_items must be a positive int, got {n!r}")
+        self._options["max_items"] = n
+        self._options["put_in_background"] = False
+        return self
+
+    def put_in_background(self, flag: bool) -> "QueueBuilder[T]":
+        self._options["put_in_background"] = bool(flag)
+        return self
+
+    def executor(self, executor: Executor) -> "QueueBuilder[T]":
+        """Run consume_message in this executor (it is not shut down by close())."""
+        if executor is None or not callable(getattr(executor, "submit", None)):
+            raise ConfigurationError(f"executor must be a concurrent.futures.Executor, got {executor!r}")
+        self._options["executor"] = executor
+        return self
+
+    def final_flush_time(self, seconds: float) -> "QueueBuilder[T]":
+        """Seconds close() waits for background puts; 0 disables the flush."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ConfigurationError(f"final_flush_time must be >= 0 seconds, got {seconds!r}")
+        self._options["final_flush_time"] = float(seconds)
+        return self
+
+    # -- zkqueue extras
+    def quarantine_path(self, path: str) -> "QueueBuilder[T]":
+        """Where corrupt nodes are moved (default ``<queue path>-quarantine``)."""
+        self._options["quarantine_path"] = naming.validate_path(path)
+        return self
+
+    def batch_size(self, n: int) -> "QueueBuilder[T]":
+        """Most items a consumer takes per engine step (default 100)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigurationError(f"batch_size must be a positive int, got {n!r}")
+        self._options["batch_size"] = n
+        return self
+
+    def jute_max_buffer(self, n: int) -> "QueueBuilder[T]":
+        """The server's packet limit in bytes (default: protocol.jute_max_buffer())."""
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 1024:
+            raise ConfigurationError(f"jute_max_buffer must be an int > 1024, got {n!r}")
+        self._options["jute_max_buffer"] = n
+        return self
+
+    def lock_names(self, style: str) -> "QueueBuilder[T]":
+        """``"qualified"`` (default): lock nodes named ``<item>@<hash of queue path>`` so queues sharing a lock
+        path never collide. ``"curator"``: the item name, as Curator, so zkqueue and Curator consumers of the
+        same queue and lock path exclude each other (give such a queue a lock path of its own)."""
+        if style not in ("qualified", "curator"):
+            raise ConfigurationError(f"lock_names must be 'qualified' or 'curator', got {style!r}")
+        self._options["lock_names"] = style
+        return self
+
+    # -- build
+    def build_queue(self) -> DistributedQueue[T]:
+        return DistributedQueue(self._client, self._consumer, self._serializer, self._queue_path, **self._options)
+
+    def _build(self, cls: type, **extra: Any) -> Any:
+        """For recipe modules: build a DistributedQueue subclass with these options plus ``extra``."""
+        options = dict(self._options)
+        options.update(extra)
+        return cls(self._client, self._consumer, self._serializer, self._queue_path, **options)
