@@ -28,12 +28,14 @@ _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One listing: the child names, the cache version it was stored under, and the parent's czxid
-    (changes when the node was deleted and recreated, which restarts the sequence counter)."""
+    """One listing: the child names, the cache version it was stored under, the parent's czxid (changes
+    when the node was deleted and recreated, which restarts the sequence counter) and cversion (the next
+    sequence number: a listing with cversion > n includes every change up to the create of sequence n)."""
 
     children: tuple[str, ...]
     version: int
     czxid: int
+    cversion: int = 0
 
 
 class ChildrenCache:
@@ -51,7 +53,7 @@ class ChildrenCache:
         self._path = path
         self._on_state = on_state
         self._cond = threading.Condition()
-        self._snapshot = Snapshot((), 0, 0)
+        self._snapshot = Snapshot((), 0, 0, 0)
         self._closed = False
         self._started = False
         self._in_flight = False
@@ -163,9 +165,9 @@ class ChildrenCache:
         except Exception as exc:
             self._done(None, exc)
             return
-        self._done((children, stat.czxid), None)
+        self._done((children, stat.czxid, stat.cversion), None)
 
-    def _done(self, value: tuple[list[str], int] | None, exc: BaseException | None) -> None:
+    def _done(self, value: tuple[list[str], int, int] | None, exc: BaseException | None) -> None:
         reissue = False
         with self._cond:
             self._in_flight = False
@@ -173,10 +175,10 @@ class ChildrenCache:
                 self._cond.notify_all()
                 return
             if value is not None:
-                children, czxid = value
+                children, czxid, cversion = value
                 self._failures = 0
                 self.listings += 1
-                self._snapshot = Snapshot(tuple(children), self._snapshot.version + 1, czxid)
+                self._snapshot = Snapshot(tuple(children), self._snapshot.version + 1, czxid, cversion)
                 self._cond.notify_all()
                 reissue = self._dirty
             else:

@@ -133,7 +133,7 @@ class _Outcome:
     name: str
     data: bytes
     version: int
-    payloads: list[bytes]
+    items: list[Any]
     failed_at: int | None = None  # index of the item whose consumer raised
     error: BaseException | None = None
 
@@ -251,6 +251,10 @@ class DistributedQueue(Generic[T]):
         self._put_queue: deque[_PutRequest] = deque()
         self._puts_in_flight = 0
         self._put_thread: threading.Thread | None = None
+        # bounded puts
+        self._bound_lock = threading.Lock()
+        self._own_lock = threading.Lock()
+        self._own_unlisted: list[int] = []
 
     # ------------------------------------------------------------------------------------------ properties
     @property
@@ -454,19 +458,30 @@ class DistributedQueue(Generic[T]):
         ``put_listeners`` (``put_failed``) and ``stats().put_failed``.
         """
         self._check_started()
-        if not self._wait_for_room(timeout):
-            return False
         data = framing.encode_items([self._serialize(item)])
-        return self._put_framed(data, self.make_item_path(), item, multi=False)
+        return self._bounded_put(data, self.make_item_path(), item, False, timeout)
 
     def put_multi(self, items: Iterable[T], timeout: float | None = None) -> bool:
         """Add several items in ONE znode (Curator's MultiItem format); consumers get them in order."""
         self._check_started()
         items = list(items)
-        if not self._wait_for_room(timeout):
-            return False
         data = framing.encode_items([self._serialize(i) for i in items])
-        return self._put_framed(data, self.make_item_path(), items, multi=True)
+        return self._bounded_put(data, self.make_item_path(), items, True, timeout)
+
+    def _bounded_put(self, data: bytes, prefix: str, item: Any, multi: bool, timeout: float | None) -> bool:
+        """The seam recipes use: wait for room (bounded queues), then send one framed znode at ``prefix``."""
+        if self._max_items is None:
+            return self._put_framed(data, prefix, item, multi=multi)
+        self._check_size(prefix, data)
+        # One bounded put at a time per instance, so this instance never overshoots its own bound.
+        if not self._bound_lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        try:
+            if not self._wait_for_room(timeout):
+                return False
+            return self._put_framed(data, prefix, item, multi=multi)
+        finally:
+            self._bound_lock.release()
 
     def flush_puts(self, timeout: float | None = None) -> bool:
         """Wait until every background put has completed (or failed); False on timeout."""
@@ -511,10 +526,15 @@ class DistributedQueue(Generic[T]):
                 self._put_cond.notify_all()
             return True
         try:
-            self._client.create(prefix, data, sequence=True)
+            created = self._client.create(prefix, data, sequence=True)
         except Exception as exc:
             self._count("put_failed")
             raise _map_error(exc) from exc
+        if self._max_items is not None:
+            seq = naming.sequence_of(created)
+            if seq is not None:
+                with self._own_lock:
+                    self._own_unlisted.append(seq)
         self._count("put_ok")
         self._notify_put(_PutRequest(prefix, data, item, multi))
         return True
@@ -538,7 +558,11 @@ class DistributedQueue(Generic[T]):
         limit = self._max_items
 
         def has_room(snap: Snapshot) -> bool:
-            return sum(1 for n in snap.children if naming.is_item_name(n)) < limit
+            # Our own creates the listing does not reflect yet count too (their sequence >= its cversion).
+            with self._own_lock:
+                self._own_unlisted = [s for s in self._own_unlisted if s >= snap.cversion]
+                unlisted = len(self._own_unlisted)
+            return sum(1 for n in snap.children if naming.is_item_name(n)) + unlisted < limit
 
         # Curator semantics: the timeout restarts whenever the children change.
         while True:
@@ -741,21 +765,21 @@ class DistributedQueue(Generic[T]):
                     continue
                 raise res
             data, stat = res
-            payloads, reason = self._decode(data)
+            items, reason = self._decode(data)
             if reason is not None:
                 self._quarantine(name, data, stat.version, None, reason)
                 handled.append(name)
                 continue
             groups.append([_delete_op(path, stat.version)])
-            entries.append((name, payloads, data, stat.version))
+            entries.append((name, items, data, stat.version))
         if not groups:
             return handled
         results = self._commit_groups(groups)
         deliver: list[_Outcome] = []
-        for (name, payloads, data, version), (ok, err) in zip(entries, results):
+        for (name, items, data, version), (ok, err) in zip(entries, results):
             handled.append(name)
             if ok:
-                deliver.append(_Outcome(None, name, data, version, payloads))
+                deliver.append(_Outcome(None, name, data, version, items))
             elif isinstance(err, (NoNodeError, BadVersionError, NotEmptyError)):
                 self._count("lost_races")  # another consumer got it
             else:
@@ -845,12 +869,12 @@ class DistributedQueue(Generic[T]):
                 self._release([h])
                 continue
             data, stat = res
-            payloads, reason = self._decode(data)
+            items, reason = self._decode(data)
             if reason is not None:
                 self._quarantine(h.name, data, stat.version, h, reason)
                 handled.append(h.name)
                 continue
-            outcomes.append(_Outcome(h, h.name, data, stat.version, payloads))
+            outcomes.append(_Outcome(h, h.name, data, stat.version, items))
         self._deliver_all(outcomes, ack=self._ack)
         handled.extend(o.name for o in outcomes)
         return handled, locked
@@ -910,8 +934,9 @@ class DistributedQueue(Generic[T]):
     def _requeue(self, o: _Outcome) -> None:
         h = o.held
         assert h is not None
-        if o.failed_at is not None and o.failed_at > 0 and len(o.payloads) > 1:
-            data = framing.encode_items(o.payloads[o.failed_at :])  # don't redeliver what was consumed
+        if o.failed_at is not None and o.failed_at > 0 and len(o.items) > 1:
+            # don't redeliver what was consumed: requeue the failed item and the ones after it
+            data = framing.encode_items(framing.decode_items(o.data)[o.failed_at :])
         else:
             data = o.data
         prefix = self.make_requeue_item_path(h.path)
@@ -943,14 +968,22 @@ class DistributedQueue(Generic[T]):
             return result
 
     # -- decoding and quarantine
-    def _decode(self, data: bytes | None) -> tuple[list[bytes], str | None]:
+    def _decode(self, data: bytes | None) -> tuple[list[Any], str | None]:
+        """Unframe and deserialize every item of a node up front, so a bad node is quarantined whole before
+        any of its items reaches the consumer. Returns (items, None) or ([], reason)."""
         try:
             payloads = framing.decode_items(data)
         except CorruptItemError as exc:
             return [], f"corrupt frame: {exc}"
         except Exception as exc:  # defensive: framing should only raise CorruptItemError
             return [], f"undecodable frame: {exc!r}"
-        return payloads, None
+        items = []
+        for index, payload in enumerate(payloads):
+            try:
+                items.append(self._serializer.deserialize(payload))
+            except Exception as exc:
+                return [], f"serializer {self._serializer!r} cannot deserialize item {index}: {exc!r}"
+        return items, None
 
     def _quarantine(self, name: str, data: bytes, version: int, held: _Held | None, reason: str) -> None:
         """Move a node aside to the quarantine path in one transaction; never delete it silently."""
@@ -984,14 +1017,8 @@ class DistributedQueue(Generic[T]):
         consumer = self._consumer
         assert consumer is not None
         stop_on_error = o.held is not None and self._error_mode is ErrorMode.REQUEUE
-        for index, payload in enumerate(o.payloads):
+        for index, item in enumerate(o.items):
             try:
-                try:
-                    item = self._serializer.deserialize(payload)
-                except Exception as exc:
-                    raise SerializationError(
-                        f"cannot deserialize item {index} of {self._queue_path}/{o.name}: {exc}"
-                    ) from exc
                 consumer.consume_message(item)
                 self._count("consumed")
             except Exception as exc:

@@ -1,0 +1,237 @@
+"""Lock-safe consumption: Curator's TestDistributedQueue [L] tests, error modes, lock names, quarantine."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+from zkqueue.builder import QueueBuilder
+from zkqueue.consumer import ErrorMode
+from zkqueue.serializers import JsonSerializer, StrSerializer
+from zkqueue.testing import wait_for
+
+QPATH = "/queues/jobs"
+LPATH = "/queues/jobs-locks"
+
+
+def fill(client, items, path=QPATH) -> None:
+    with QueueBuilder.builder(client, None, JsonSerializer(), path).build_queue() as p:
+        for item in items:
+            p.put(item)
+        assert p.flush_puts(30.0)
+
+
+def locked_queue(client, consumer, path=QPATH, lock=LPATH, serializer=None, **opts):
+    b = QueueBuilder.builder(client, consumer, serializer or JsonSerializer(), path).lock_path(lock)
+    for key, value in opts.items():
+        getattr(b, key)(value)
+    return b.build_queue()
+
+
+def test_safety_basic(zk_client) -> None:
+    """Curator testSafetyBasic: 10 items FIFO; locks and fences are cleaned up."""
+    got: list = []
+    with locked_queue(zk_client, got.append) as q:
+        for i in range(10):
+            q.put(i)
+        wait_for(lambda: len(got) == 10)
+        assert got == list(range(10))
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        assert zk_client.get_children(LPATH) == []
+        assert q.stats().consumed == 10
+
+
+def test_retry_after_failure_curator_56(zk_client) -> None:
+    """Throws once -> delivered twice; the requeued node's name does not grow."""
+    seen: list = []
+    names: list = []
+    first = threading.Event()
+
+    def consume(item) -> None:
+        seen.append(item)
+        names.extend(zk_client.get_children(QPATH))
+        if not first.is_set():
+            first.set()
+            raise RuntimeError("fail once")
+
+    with locked_queue(zk_client, consume) as q:
+        q.put("x")
+        wait_for(lambda: len(seen) == 2)
+        wait_for(lambda: q.stats().requeued == 1)
+    assert seen == ["x", "x"]
+    assert len(set(names)) == 2 and len({len(n) for n in names}) == 1, names
+
+
+def test_error_mode_requeue_and_delete(zk_client) -> None:
+    """Curator testErrorMode: REQUEUE redelivers after a throw; DELETE does not."""
+    counts: Counter = Counter()
+
+    def consume(item) -> None:
+        counts[item] += 1
+        if counts[item] == 1:
+            raise RuntimeError("first attempt fails")
+
+    with locked_queue(zk_client, consume) as q:
+        q.put("requeued")
+        wait_for(lambda: counts["requeued"] == 2)
+        q.set_error_mode(ErrorMode.DELETE)
+        q.put("deleted")
+        wait_for(lambda: q.stats().deleted_on_error == 1)
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+    assert counts == Counter({"requeued": 2, "deleted": 1})
+
+
+def test_requeue_of_multi_item_does_not_redeliver_consumed_parts(zk_client) -> None:
+    seen: list = []
+
+    def consume(item) -> None:
+        seen.append(item)
+        if item == 2 and seen.count(2) == 1:
+            raise RuntimeError("fail on 2 once")
+
+    with locked_queue(zk_client, consume) as q:
+        q.put_multi([1, 2, 3])
+        wait_for(lambda: len(seen) == 4)
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+    assert seen == [1, 2, 2, 3]
+
+
+def test_custom_executor(zk_client) -> None:
+    """Curator testCustomExecutor: 1000 items through a thread pool, each processed exactly once."""
+    counts: Counter = Counter()
+    lock = threading.Lock()
+
+    def consume(item) -> None:
+        with lock:
+            counts[item] += 1
+
+    fill(zk_client, range(1000))
+    pool = ThreadPoolExecutor(8)
+    try:
+        with locked_queue(zk_client, consume, executor=pool):
+            wait_for(lambda: sum(counts.values()) >= 1000, timeout=60)
+    finally:
+        pool.shutdown()
+    assert set(counts) == set(range(1000))
+    assert set(counts.values()) == {1}
+
+
+def test_no_duplicate_processing(zk_client_factory) -> None:
+    """Curator testNoDuplicateProcessing: 1000 pre-filled items, 4 locked consumers, zero duplicates."""
+    counts: Counter = Counter()
+    lock = threading.Lock()
+
+    def consume(item) -> None:
+        with lock:
+            counts[item] += 1
+
+    fill(zk_client_factory(), range(1000))
+    queues = [locked_queue(zk_client_factory(), consume, batch_size=50) for _ in range(4)]
+    for q in queues:
+        q.start()
+    try:
+        wait_for(lambda: sum(counts.values()) >= 1000, timeout=60)
+    finally:
+        for q in queues:
+            q.close()
+    assert set(counts) == set(range(1000))
+    assert max(counts.values()) == 1
+
+
+def test_safety_with_crash(zk_client_factory) -> None:
+    """Curator testSafetyWithCrash: consumer 1 fails after 10 items and dies; consumer 2 gets the rest."""
+    fill(zk_client_factory(), range(100))
+    first: list = []
+    second: list = []
+    thrown: list = []
+    crashed = threading.Event()
+
+    def consume1(item) -> None:
+        if len(first) >= 10:
+            thrown.append(item)
+            crashed.set()
+            raise RuntimeError("simulated crash")
+        first.append(item)
+
+    q1 = locked_queue(zk_client_factory(), consume1, batch_size=5)
+    q1.start()
+    wait_for(crashed.is_set)
+    q1.close()
+    with locked_queue(zk_client_factory(), second.append):
+        wait_for(lambda: len(first) + len(second) >= 100, timeout=30)
+    assert sorted(first + second) == list(range(100))
+    assert not set(first) & set(second)
+    assert thrown[0] in second
+
+
+def test_lock_names_do_not_collide_across_queues(zk_client_factory) -> None:
+    """Curator: queues sharing a lock path collide (same item names). Qualified lock names fix it."""
+    qa, qb, shared = "/queues/a", "/queues/b", "/queues/shared-locks"
+    c = zk_client_factory()
+    fill(c, ["a0"], qa)
+    fill(c, ["b0"], qb)
+    assert c.get_children(qa) == c.get_children(qb)  # both items are queue-0000000000
+    hold = threading.Event()
+    got_a: list = []
+    got_b: list = []
+
+    def consume_a(item) -> None:
+        got_a.append(item)
+        hold.wait(20)
+
+    with locked_queue(zk_client_factory(), consume_a, path=qa, lock=shared):
+        wait_for(lambda: got_a == ["a0"])
+        with locked_queue(zk_client_factory(), got_b.append, path=qb, lock=shared):
+            wait_for(lambda: got_b == ["b0"])  # not blocked by a's lock on the same item name
+        hold.set()
+
+
+def test_curator_lock_names_match_curator(zk_client) -> None:
+    """lock_names('curator'): the lock node is named like the item, as Curator's, so both exclude each other."""
+    hold = threading.Event()
+    got: list = []
+
+    def consume(item) -> None:
+        got.append(item)
+        hold.wait(20)
+
+    fill(zk_client, ["x"])
+    (name,) = zk_client.get_children(QPATH)
+    with locked_queue(zk_client, consume, lock_names="curator"):
+        wait_for(lambda: got == ["x"])
+        assert zk_client.get_children(LPATH) == [name]
+        fences = zk_client.get_children(f"{QPATH}/{name}")
+        assert len(fences) == 1 and fences[0].startswith("lock-")
+        hold.set()
+        wait_for(lambda: zk_client.get_children(LPATH) == [])
+
+
+def test_item_locked_by_other_is_skipped_then_taken(zk_client_factory) -> None:
+    """A foreign (e.g. crashed consumer's) lock on an item: skipped, then taken once the lock is gone."""
+    c = zk_client_factory()
+    fill(c, ["locked", "free"])
+    first = sorted(c.get_children(QPATH))[0]
+    other = zk_client_factory()
+    other.create(f"{LPATH}/{first}", b"", ephemeral=True, makepath=True)
+    got: list = []
+    with locked_queue(zk_client_factory(), got.append, lock_names="curator") as q:
+        wait_for(lambda: got == ["free"])
+        assert q.stats().lock_conflicts >= 1
+        other.delete(f"{LPATH}/{first}")
+        wait_for(lambda: got == ["free", "locked"])
+
+
+def test_corrupt_znode_quarantined_in_lock_mode(zk_client) -> None:
+    zk_client.ensure_path(QPATH)
+    zk_client.create(f"{QPATH}/queue-", b"\x00\x01\x00\x02garbage", sequence=True)
+    got: list = []
+    with locked_queue(zk_client, got.append, serializer=StrSerializer()) as q:
+        q.put("good")
+        wait_for(lambda: got == ["good"])
+        wait_for(lambda: q.stats().corrupt_quarantined == 1)
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        (qname,) = zk_client.get_children(q.quarantine_path)
+        data, _ = zk_client.get(f"{q.quarantine_path}/{qname}")
+        assert data == b"\x00\x01\x00\x02garbage"
+        assert zk_client.get_children(LPATH) == []

@@ -1,0 +1,138 @@
+"""The run loop never dies; bad input is quarantined or skipped, logged and counted."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from zkqueue.builder import QueueBuilder
+from zkqueue.errors import SerializationError
+from zkqueue.queue import DistributedQueue
+from zkqueue.serializers import JsonSerializer, StrSerializer
+from zkqueue.testing import wait_for
+
+QPATH = "/queues/jobs"
+LPATH = "/queues/jobs-locks"
+
+
+class PickySerializer(StrSerializer):
+    """Refuses to deserialize the payload "poison"."""
+
+    def deserialize(self, data: bytes) -> str:
+        if data == b"poison":
+            raise ValueError("cannot read poison")
+        return super().deserialize(data)
+
+
+def test_loop_survives_serializer_raising(zk_client) -> None:
+    got: list = []
+    with QueueBuilder.builder(zk_client, got.append, PickySerializer(), QPATH).build_queue() as q:
+        q.put("a")
+        q.put("poison")
+        q.put("b")
+        wait_for(lambda: got == ["a", "b"], message=f"got {got}")
+        wait_for(lambda: q.stats().corrupt_quarantined == 1)
+        (name,) = zk_client.get_children(q.quarantine_path)
+        assert zk_client.get(f"{q.quarantine_path}/{name}")[0].endswith(b"poison\x02")
+        q.put("c")
+        wait_for(lambda: got == ["a", "b", "c"])
+
+
+def test_loop_survives_consumer_raising(zk_client) -> None:
+    got: list = []
+
+    def consume(item) -> None:
+        if item % 2:
+            raise ValueError(f"odd {item}")
+        got.append(item)
+
+    with QueueBuilder.builder(zk_client, consume, JsonSerializer(), QPATH).build_queue() as q:
+        for i in range(10):
+            q.put(i)
+        wait_for(lambda: got == [0, 2, 4, 6, 8])
+        wait_for(lambda: q.stats().consumer_errors == 5)
+        assert q.stats().loop_errors == 0
+
+
+def test_loop_survives_sort_hook_raising(zk_client, caplog) -> None:
+    failures = []
+
+    class FlakySort(DistributedQueue):
+        def sort_children(self, names):
+            if len(failures) < 2:
+                failures.append(1)
+                raise RuntimeError("sort exploded")
+            return super().sort_children(names)
+
+    got: list = []
+    q = FlakySort(zk_client, got.append, JsonSerializer(), QPATH)
+    with caplog.at_level(logging.ERROR, logger="zkqueue.queue"), q:
+        q.put(1)
+        q.put(2)
+        wait_for(lambda: got == [1, 2], message=f"got {got}")
+        assert q.stats().loop_errors == 2
+    assert "sort exploded" in caplog.text
+
+
+def test_loop_survives_get_delay_raising(zk_client) -> None:
+    calls = []
+
+    class FlakyDelay(DistributedQueue):
+        def get_delay(self, item_node):
+            calls.append(item_node)
+            if len(calls) == 1:
+                raise RuntimeError("delay exploded")
+            return 0.0
+
+    got: list = []
+    with FlakyDelay(zk_client, got.append, JsonSerializer(), QPATH) as q:
+        q.put(1)
+        wait_for(lambda: got == [1])
+        assert q.stats().loop_errors == 1
+
+
+def test_foreign_node_skipped_and_not_counted(zk_client, caplog) -> None:
+    zk_client.ensure_path(f"{QPATH}/not-an-item")
+    got: list = []
+    with caplog.at_level(logging.WARNING, logger="zkqueue.queue"):
+        with QueueBuilder.builder(zk_client, got.append, JsonSerializer(), QPATH).build_queue() as q:
+            for i in range(3):
+                q.put(i)
+            wait_for(lambda: got == [0, 1, 2])
+            wait_for(lambda: q.last_message_count == 0)
+            assert q.stats().foreign_skipped == 1  # one warning per name, not per listing
+    assert caplog.text.count("not-an-item") == 1
+    assert zk_client.get_children(QPATH) == ["not-an-item"]  # left alone
+
+
+def test_corrupt_znode_quarantined_in_plain_mode(zk_client) -> None:
+    zk_client.ensure_path(QPATH)
+    bad = bytes.fromhex("00010002")  # wrong version, truncated
+    zk_client.create(f"{QPATH}/queue-", bad, sequence=True)
+    got: list = []
+    with QueueBuilder.builder(zk_client, got.append, StrSerializer(), QPATH).build_queue() as q:
+        q.put("good")
+        wait_for(lambda: got == ["good"])
+        wait_for(lambda: q.stats().corrupt_quarantined == 1)
+        (name,) = zk_client.get_children(q.quarantine_path)
+        assert name == "queue-0000000000"
+        assert zk_client.get(f"{q.quarantine_path}/{name}")[0] == bad
+        assert zk_client.get_children(QPATH) == []
+
+
+def test_empty_multi_item_is_deleted_without_consuming(zk_client) -> None:
+    got: list = []
+    with QueueBuilder.builder(zk_client, got.append, StrSerializer(), QPATH).build_queue() as q:
+        q.put_multi([])
+        q.put("after")
+        wait_for(lambda: got == ["after"])
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+
+
+def test_serializer_failure_on_put_raises_typed_error(zk_client) -> None:
+    with QueueBuilder.builder(zk_client, None, StrSerializer(), QPATH).build_queue() as q:
+        with pytest.raises(SerializationError):
+            q.put(123)  # not a str
+        assert q.flush_puts(5)
+        assert q.stats().put_failed == 0 and q.stats().put_ok == 0
