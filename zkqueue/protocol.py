@@ -228,8 +228,8 @@ def _resolve_acl(client: Any, acl: Sequence[ACL] | None) -> Sequence[ACL]:
     return acl or OPEN_ACL_UNSAFE
 
 
-def _chroot(client: Any) -> str | None:
-    return getattr(client, "chroot", None) if client is not None else None
+def _chroot(client: Any) -> str:
+    return (getattr(client, "chroot", None) or "") if client is not None else ""
 
 
 def _to_request(client: Any, op: Op) -> Any:
