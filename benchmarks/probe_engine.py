@@ -1,0 +1,106 @@
+"""Quick engine speed probe: background put, plain consume and lock-safe consume (1 consumer, 100-byte items).
+
+    .venv/bin/python benchmarks/probe_engine.py [--items 10000] [--hosts HOST:PORT] [--batch-size 100]
+
+Without --hosts it starts a private 1-node ZooKeeper (zkqueue.embedded). Prints items/s per workload and the
+Curator 5.9.0 reference numbers measured on this machine. Not a test: the real benchmark suite is elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import threading
+import time
+import uuid
+
+from kazoo.client import KazooClient
+
+from zkqueue.builder import QueueBuilder
+from zkqueue.serializers import BytesSerializer
+
+CURATOR = {"put_background": 2800.0, "consume_plain": 261.0, "consume_lock_safe": 164.0}
+
+
+class Counter:
+    def __init__(self, target: int) -> None:
+        self.n = 0
+        self.target = target
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, item: bytes) -> None:
+        with self.lock:
+            self.n += 1
+            if self.n >= self.target:
+                self.done.set()
+
+
+def fill(client: KazooClient, path: str, n: int, payload: bytes) -> float:
+    q = QueueBuilder.builder(client, None, BytesSerializer(), path).build_queue()
+    with q:
+        start = time.perf_counter()
+        for _ in range(n):
+            q.put(payload)
+        if not q.flush_puts(300):
+            raise RuntimeError("background puts did not flush")
+        elapsed = time.perf_counter() - start
+        stats = q.stats()
+    if stats.put_ok != n:
+        raise RuntimeError(f"only {stats.put_ok} of {n} puts succeeded ({stats.put_failed} failed)")
+    return n / elapsed
+
+
+def consume(client: KazooClient, path: str, n: int, lock_path: str | None, batch_size: int) -> float:
+    counter = Counter(n)
+    b = QueueBuilder.builder(client, counter, BytesSerializer(), path).batch_size(batch_size)
+    if lock_path:
+        b = b.lock_path(lock_path)
+    q = b.build_queue()
+    start = time.perf_counter()
+    with q:
+        if not counter.done.wait(600):
+            raise RuntimeError(f"consumed only {counter.n} of {n}")
+        elapsed = time.perf_counter() - start
+        stats = q.stats()
+    if stats.consumed != n or stats.loop_errors:
+        raise RuntimeError(f"unexpected stats: {stats}")
+    return n / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--hosts", default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    payload = b"x" * args.size
+
+    with contextlib.ExitStack() as stack:
+        hosts = args.hosts
+        if hosts is None:
+            from zkqueue.embedded import ZooKeeperEnsemble
+
+            hosts = stack.enter_context(ZooKeeperEnsemble(size=1)).connect_string
+        client = KazooClient(hosts=hosts)
+        client.start()
+        stack.callback(client.close)
+        stack.callback(client.stop)
+        root = f"/probe-{uuid.uuid4().hex[:8]}"
+        results = {}
+        results["put_background"] = fill(client, f"{root}/plain", args.items, payload)
+        results["consume_plain"] = consume(client, f"{root}/plain", args.items, None, args.batch_size)
+        fill(client, f"{root}/locked", args.items, payload)
+        results["consume_lock_safe"] = consume(client, f"{root}/locked", args.items, f"{root}/locks", args.batch_size)
+        client.delete(root, recursive=True)
+
+    print(f"{'workload':<20} {'items/s':>10} {'Curator':>9} {'x':>6}")
+    for name, rate in results.items():
+        print(f"{name:<20} {rate:>10.0f} {CURATOR[name]:>9.0f} {rate / CURATOR[name]:>6.1f}")
+
+
+if __name__ == "__main__":
+    main()
