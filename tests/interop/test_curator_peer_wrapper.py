@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -33,10 +34,19 @@ def test_parallel_first_use_compiles_once(tmp_path: Path, monkeypatch: pytest.Mo
         t.join(timeout=240)
     assert not errors
     assert len(results) == 3 and len(set(results)) == 1
-    folder = results[0]
-    assert (folder / "CuratorPeer.class").is_file()
+    jar = results[0]
+    with zipfile.ZipFile(jar) as zf:
+        assert "CuratorPeer.class" in zf.namelist()
+    folder = jar.parent
     # one compiled folder, its lock file, and no leftover temporary folders
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([folder.name, folder.name + ".lock"])
+
+    # The first command line also dumps the class-data-sharing archive that speeds up every later JVM.
+    argv = CuratorPeer("127.0.0.1:1").argv("put", "/q")
+    archives = [a.split("=", 1)[1] for a in argv if a.startswith("-XX:SharedArchiveFile=")]
+    assert len(archives) == 1 and Path(archives[0]).is_file()
+    assert Path(archives[0]).parent == folder
+    assert not [p for p in folder.iterdir() if p.suffix == ".tmp"]
 
 
 def test_missing_java_is_an_environment_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

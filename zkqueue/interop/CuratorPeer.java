@@ -85,6 +85,7 @@ public final class CuratorPeer {
         "  simple-offer                                              stdin: HEX per line",
         "  simple-take [--count N] [--timeout-ms T] [--stop-on-eof] [--quiet]",
         "  id-remove  --id ID [--lock-path L]",
+        "  warmup                       load the classes a run needs, without a server (to dump a CDS archive)",
         "common: [--session-timeout-ms 10000] [--connect-timeout-ms 10000] [--log-level WARN]");
 
     private CuratorPeer() {
@@ -146,6 +147,9 @@ public final class CuratorPeer {
             case "id-remove":
                 opts.allow("id", "lock-path");
                 return withClient(opts, client -> cmdIdRemove(client, opts));
+            case "warmup":
+                opts.allow();
+                return cmdWarmup();
             default:
                 throw new UsageError("unknown command: " + opts.command);
         }
@@ -353,6 +357,41 @@ public final class CuratorPeer {
             removed = started.id().remove(id);
         }
         emit("REMOVED " + removed);
+        return 0;
+    }
+
+    /**
+     * Touch the code paths of a real run without a server, so that a run with -XX:ArchiveClassesAtExit dumps
+     * a class-data-sharing archive that makes later start-ups faster. Prints WARM.
+     */
+    private static int cmdWarmup() throws Exception {
+        CuratorFramework client = CuratorFrameworkFactory.builder()
+            .connectString("127.0.0.1:9")
+            .sessionTimeoutMs(10_000)
+            .connectionTimeoutMs(200)
+            .retryPolicy(new ExponentialBackoffRetry(100, 1))
+            .build();
+        client.start();
+        try {
+            client.blockUntilConnected(300, TimeUnit.MILLISECONDS);
+            GatedExecutor gate = new GatedExecutor();
+            CountingConsumer consumer = new CountingConsumer(1, gate, null, 0, true);
+            for (String kind : new String[] {"plain", "priority", "delay", "id"}) {
+                QueueBuilder<byte[]> b = QueueBuilder.builder(client, consumer, new IdentitySerializer(), "/warmup")
+                    .executor(gate).lockPath("/warmup-locks").putInBackground(false);
+                QueueBase<byte[]> q = "plain".equals(kind) ? b.buildQueue()
+                    : "priority".equals(kind) ? b.buildPriorityQueue(0)
+                    : "delay".equals(kind) ? b.buildDelayQueue() : b.buildIdQueue();
+                q.close();
+            }
+            new SimpleDistributedQueue(client, "/warmup");
+            new ListMultiItem(List.of(parseHex("00ff"))).nextItem();
+            parseErrorMode("delete");
+            gate.closeAndDrain(1);
+        } finally {
+            client.close();
+        }
+        emit("WARM");
         return 0;
     }
 

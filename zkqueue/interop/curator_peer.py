@@ -34,6 +34,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal
@@ -46,6 +47,7 @@ log = logging.getLogger("zkqueue.interop.curator_peer")
 #: The Java source of the peer; shipped as package data.
 PEER_SOURCE = Path(__file__).with_name("CuratorPeer.java")
 MAIN_CLASS = "CuratorPeer"
+PEER_JAR = "curator-peer.jar"
 
 Kind = Literal["plain", "priority", "delay", "id"]
 KINDS: tuple[str, ...] = ("plain", "priority", "delay", "id")
@@ -55,6 +57,9 @@ ErrorModeName = Literal["requeue", "delete"]
 FAST_START_JVM_ARGS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
 #: JVM options for throughput runs (benchmarks): the JVM's own defaults, full JIT.
 THROUGHPUT_JVM_ARGS: tuple[str, ...] = ()
+
+#: JVM unified logging writes warnings to stdout by default; the peer's stdout is its protocol.
+_QUIET_JVM_LOGS: tuple[str, ...] = ("-Xlog:disable", "-Xlog:all=warning:stderr")
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 #: Extra seconds allowed on top of a command's own work for JVM start-up, connecting and closing.
@@ -108,11 +113,11 @@ def cache_dir() -> Path:
 
 
 def compiled_peer(classpath: str | None = None) -> Path:
-    """Compile ``CuratorPeer.java`` if needed and return the folder holding its classes.
+    """Compile ``CuratorPeer.java`` if needed and return the path of its jar.
 
-    The folder name carries a hash of the source, the classpath and the javac path, so an edit or a different
-    Curator install compiles afresh. Compilation happens in a temporary folder renamed into place under an
-    exclusive file lock.
+    The jar lives in ``<cache>/peer-<hash>/``, where the hash covers the source, the classpath and the javac
+    path, so an edit or a different Curator install compiles afresh. Compilation happens in a temporary folder
+    renamed into place under an exclusive file lock, so parallel first uses compile once.
     """
     cp = classpath if classpath is not None else curator_classpath()
     if not PEER_SOURCE.is_file():
@@ -123,12 +128,12 @@ def compiled_peer(classpath: str | None = None) -> Path:
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     target = root / f"peer-{digest}"
-    marker = target / f"{MAIN_CLASS}.class"
-    if marker.is_file():
-        return target
+    jar = target / PEER_JAR
+    if jar.is_file():
+        return jar
     with _file_lock(root / f"peer-{digest}.lock"):
-        if marker.is_file():  # another process compiled it while we waited
-            return target
+        if jar.is_file():  # another process compiled it while we waited
+            return jar
         work = Path(tempfile.mkdtemp(prefix=f"peer-{digest}-", dir=root))
         try:
             src_copy = work / PEER_SOURCE.name
@@ -145,10 +150,52 @@ def compiled_peer(classpath: str | None = None) -> Path:
                 raise EnvironmentProblem(
                     f"javac failed to compile {PEER_SOURCE} (exit {done.returncode}):\n{done.stdout}{done.stderr}"
                 )
-            os.replace(classes, target)
+            # A jar, not a folder: class-data sharing only archives classes loaded from jars.
+            out = work / "out"
+            out.mkdir()
+            with zipfile.ZipFile(out / PEER_JAR, "w", zipfile.ZIP_DEFLATED) as zf:
+                for cls in sorted(classes.glob("*.class")):
+                    zf.write(cls, cls.name)
+            os.replace(out, target)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return target
+    return jar
+
+
+_CDS_FAILED: set[Path] = set()
+
+
+def _cds_archive(java: str, jar: Path, run_cp: str, jvm_args: tuple[str, ...]) -> Path | None:
+    """A class-data-sharing archive for this peer and these JVM options, dumped on first use; None if the JVM
+    cannot make one (the peer then starts without it, only slower).
+
+    The archive cuts a peer's start-up by about a third. It is dumped by one ``warmup`` run (no server needed)
+    under the peer folder's lock and renamed into place, so a reader never sees a partial file.
+    """
+    key = hashlib.sha256("\0".join((java, *jvm_args)).encode()).hexdigest()[:12]
+    archive = jar.parent / f"cds-{key}.jsa"
+    if archive.is_file():
+        return archive
+    if archive in _CDS_FAILED or os.environ.get("ZKQUEUE_PEER_CDS", "1") == "0":
+        return None
+    with _file_lock(jar.parent / "cds.lock"):
+        if archive.is_file():
+            return archive
+        tmp = jar.parent / f"cds-{key}.{os.getpid()}.tmp"
+        argv = [java, *jvm_args, *_QUIET_JVM_LOGS, f"-XX:ArchiveClassesAtExit={tmp}", "-cp", run_cp, MAIN_CLASS,
+                "warmup"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+            ok = done.returncode == 0 and "WARM" in done.stdout and tmp.is_file()
+        except subprocess.TimeoutExpired:
+            ok = False
+        if not ok:
+            log.info("no class-data-sharing archive for the Curator peer; JVMs start without one")
+            tmp.unlink(missing_ok=True)
+            _CDS_FAILED.add(archive)
+            return None
+        os.replace(tmp, archive)
+    return archive
 
 
 @contextlib.contextmanager
@@ -516,6 +563,7 @@ class CuratorPeer:
         log_level: str = "WARN",
         jvm_args: Sequence[str] = FAST_START_JVM_ARGS,
         classpath: str | None = None,
+        use_cds: bool = True,
     ) -> None:
         if not connect:
             raise ConfigurationError("connect string is empty")
@@ -525,7 +573,8 @@ class CuratorPeer:
         self.log_level = log_level
         self.jvm_args = tuple(jvm_args)
         self._classpath = classpath
-        self._java: str | None = None
+        self.use_cds = use_cds
+        self._jvm_prefix: tuple[str, ...] = ()
         self._run_cp: str | None = None
 
     # -- plumbing --------------------------------------------------------------------------------------------
@@ -533,13 +582,15 @@ class CuratorPeer:
         """The full java command line for one peer command (compiles the peer if needed)."""
         if self._run_cp is None:
             cp = self._classpath if self._classpath is not None else curator_classpath()
-            classes = compiled_peer(cp)
-            self._java = _java_tool("java")
-            self._run_cp = os.pathsep.join([str(classes), cp])
-        assert self._java is not None
+            jar = compiled_peer(cp)
+            java = _java_tool("java")
+            run_cp = os.pathsep.join([str(jar), cp])
+            archive = _cds_archive(java, jar, run_cp, self.jvm_args) if self.use_cds else None
+            self._jvm_prefix = (java, *self.jvm_args, *_QUIET_JVM_LOGS,
+                                *((f"-XX:SharedArchiveFile={archive}",) if archive else ()))
+            self._run_cp = run_cp
         return [
-            self._java,
-            *self.jvm_args,
+            *self._jvm_prefix,
             "-cp",
             self._run_cp,
             MAIN_CLASS,
