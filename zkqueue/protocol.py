@@ -396,29 +396,23 @@ def run_multi_async(client: Any, ops: Iterable[Op], *, limit: int | None = None)
     as the async result's exception.
     """
     ops = _check_ops(ops)
-    outer = client.handler.async_result()
     if not ops:
-        outer.set(MultiResult(True, [], None, None))
-        return outer
+        return _ready(client, MultiResult(True, [], None, None))
     size = multi_request_size(ops, client)
     cap = jute_max_buffer(limit)
     if size > cap:
         raise ItemTooLargeError(size, cap, f"multi request of {len(ops)} ops")
     inner = client.handler.async_result()
+    client._call(Transaction([_to_request(client, op) for op in ops]), inner)
     count = len(ops)
 
-    def _done(result: IAsyncResult) -> None:
-        try:
-            results = result.get_nowait()
-            if len(results) != count:
-                raise RuntimeError(f"multi returned {len(results)} results for {count} ops")
-            outer.set(MultiResult.from_results(list(results)))
-        except Exception as exc:  # noqa: BLE001 - forwarded to the caller through the async result
-            outer.set_exception(exc)
+    def combine(values: list[Any]) -> MultiResult:
+        results = list(values[0])
+        if len(results) != count:
+            raise RuntimeError(f"multi returned {len(results)} results for {count} ops")
+        return MultiResult.from_results(results)
 
-    inner.rawlink(_done)
-    client._call(Transaction([_to_request(client, op) for op in ops]), inner)
-    return outer
+    return _DerivedResult([inner], combine)
 
 
 def run_multi(
@@ -548,15 +542,14 @@ def multi_read_async(
         result = client.handler.async_result()
         client._call(MultiRead(tuple(chunks[0])), result)
         return result
-    outer = client.handler.async_result()
     if not chunks:
-        outer.set([])
-        return outer
-    parts = [client.handler.async_result() for _ in chunks]
-    _gather_into(outer, parts)
-    for chunk, part in zip(chunks, parts, strict=True):
+        return _ready(client, [])
+    parts = []
+    for chunk in chunks:
+        part = client.handler.async_result()
         client._call(MultiRead(tuple(chunk)), part)
-    return outer
+        parts.append(part)
+    return _DerivedResult(parts, lambda values: [r for value in values for r in value])
 
 
 def multi_read(
@@ -572,27 +565,105 @@ def multi_read(
     return multi_read_async(client, paths, children=children, max_ops=max_ops, limit=limit).get(timeout=timeout)
 
 
-def _gather_into(outer: IAsyncResult, parts: list[IAsyncResult]) -> None:
-    """Set ``outer`` to the concatenated list values of ``parts`` once all are done, or to the first error."""
-    lock = threading.Lock()
-    remaining = [len(parts)]
+def _ready(client: Any, value: Any) -> IAsyncResult:
+    result = client.handler.async_result()
+    result.set(value)
+    return result
 
-    def _one_done(_: IAsyncResult) -> None:
-        with lock:
-            remaining[0] -= 1
-            if remaining[0]:
-                return
-        failed = next((p for p in parts if not p.successful()), None)
-        if failed is not None:
-            outer.set_exception(failed.exception)
-            return
-        joined: list[Any] = []
-        for part in parts:
-            joined.extend(part.value)
-        outer.set(joined)
 
-    for part in parts:
-        part.rawlink(_one_done)
+class _DerivedResult:
+    """An IAsyncResult whose value is ``combine([part values])``, or the first part's exception.
+
+    The value is computed in the thread that asks for it, never through kazoo's completion thread: a
+    synchronous call made from inside a kazoo callback (which runs on that thread) would otherwise wait for a
+    step queued behind itself and deadlock. Only :meth:`rawlink` callbacks go through the completion thread,
+    like kazoo's own.
+    """
+
+    def __init__(self, parts: list[IAsyncResult], combine: Callable[[list[Any]], Any]) -> None:
+        self._parts = parts
+        self._combine = combine
+        self._lock = threading.Lock()
+        self._settled = False
+        self._value: Any = None
+        self._exception: BaseException | None = None
+        self._links: dict[Callable[[Any], None], Callable[[Any], None]] = {}
+
+    def ready(self) -> bool:
+        return all(part.ready() for part in self._parts)
+
+    def _settle(self) -> bool:
+        if not self.ready():
+            return False
+        with self._lock:
+            if not self._settled:
+                failed = next((part for part in self._parts if not part.successful()), None)
+                if failed is not None:
+                    self._exception = failed.exception
+                else:
+                    try:
+                        self._value = self._combine([part.value for part in self._parts])
+                    except Exception as exc:  # noqa: BLE001 - delivered as the result's exception
+                        self._exception = exc
+                self._settled = True
+        return True
+
+    def successful(self) -> bool:
+        return self._settle() and self._exception is None
+
+    @property
+    def exception(self) -> BaseException | None:
+        return self._exception if self._settle() else None
+
+    @property
+    def value(self) -> Any:
+        return self._value if self._settle() else None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for part in self._parts:
+            part.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self.ready()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if block:
+            self.wait(timeout)
+        if not self._settle():
+            raise KazooTimeoutError(f"no reply within {timeout} seconds")
+        if self._exception is not None:
+            raise self._exception
+        return self._value
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
+    def set(self, value: Any = None) -> None:
+        raise TypeError("a derived async result is set by its requests")
+
+    def set_exception(self, exception: BaseException) -> None:
+        raise TypeError("a derived async result is set by its requests")
+
+    def rawlink(self, callback: Callable[[Any], None]) -> None:
+        """Call ``callback(self)`` once every part is done (on kazoo's completion thread)."""
+        lock = threading.Lock()
+        remaining = [len(self._parts)]
+
+        def one_done(_: IAsyncResult) -> None:
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                callback(self)
+
+        self._links[callback] = one_done
+        for part in self._parts:
+            part.rawlink(one_done)
+
+    def unlink(self, callback: Callable[[Any], None]) -> None:
+        linked = self._links.pop(callback, None)
+        if linked is not None:
+            for part in self._parts:
+                part.unlink(linked)
 
 
 # ---------------------------------------------------------------------------------------------------------------

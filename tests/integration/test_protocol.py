@@ -342,6 +342,48 @@ def test_multi_read_async_result_is_usable_with_rawlink(zk_client) -> None:
     assert isinstance(got[0][1], NoNodeError)
 
 
+def test_sync_calls_work_inside_a_kazoo_completion_callback(zk_client) -> None:
+    """kazoo runs rawlink callbacks on one completion thread; a sync call made there must not wait on it."""
+    zk_client.create("/cb/a", b"1", makepath=True)
+    out: list = []
+    done = threading.Event()
+
+    def callback(_) -> None:
+        try:
+            out.append(run_multi(zk_client, [CheckOp("/cb/a", 0)], timeout=WAIT))
+            out.append(multi_read(zk_client, ["/cb/a"] * 5, max_ops=2, timeout=WAIT))
+        except Exception as exc:  # noqa: BLE001 - reported through the assertion below
+            out.append(exc)
+        finally:
+            done.set()
+
+    zk_client.get_async("/cb/a").rawlink(callback)
+
+    assert done.wait(2 * WAIT)
+    assert out[0].ok
+    assert [r[0] for r in out[1]] == [b"1"] * 5
+
+
+def test_chunked_multi_read_and_run_multi_async_support_rawlink(zk_client) -> None:
+    zk_client.create("/rl/a", b"1", makepath=True)
+    got: dict = {}
+    done = {"read": threading.Event(), "multi": threading.Event()}
+
+    def keep(name):
+        def callback(result) -> None:
+            got[name] = result.get()
+            done[name].set()
+
+        return callback
+
+    multi_read_async(zk_client, ["/rl/a", "/rl/none", "/rl/a"], max_ops=1).rawlink(keep("read"))
+    run_multi_async(zk_client, [CreateOp("/rl/b")]).rawlink(keep("multi"))
+    assert done["read"].wait(WAIT) and done["multi"].wait(WAIT)
+
+    assert got["read"][0][0] == b"1" and isinstance(got["read"][1], NoNodeError) and got["read"][2][0] == b"1"
+    assert got["multi"].ok and got["multi"].results == ["/rl/b"]
+
+
 def test_multi_read_rejects_non_string_paths(zk_client) -> None:
     with pytest.raises(TypeError):
         multi_read(zk_client, ["/ok", b"/bytes"])
