@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 
@@ -676,9 +677,42 @@ def test_request_in_flight_when_the_connection_breaks_raises_connection_loss(
 
 
 def test_multi_read_against_a_silent_server_raises_connection_loss(proxied_client_factory, proxy) -> None:
-    client = proxied_client_factory(timeout=4.0)  # kazoo notices a lost ping after about 2/3 of this
+    client = proxied_client_factory(timeout=2.0)  # kazoo notices a lost ping within about 2/3 of the session
     client.create("/silent", b"s")
     proxy.blackhole()
 
     with pytest.raises(ConnectionLoss):
         multi_read(client, ["/silent"], timeout=WAIT)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ensemble
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.ensemble
+def test_multi_read_and_run_multi_on_every_ensemble_member(zk_ensemble) -> None:
+    """Leader and followers all answer multiRead, and report multi failures per op."""
+    base = f"/proto-{uuid.uuid4().hex}"
+    clients = [KazooClient(hosts=h) for h in zk_ensemble.connect_string.split(",")]
+    try:
+        for client in clients:
+            client.start(timeout=30)
+        writer = clients[0]
+        writer.create(base)
+        created = run_multi(writer, [CreateOp(f"{base}/q-", b"d", sequence=True) for _ in range(5)], timeout=WAIT)
+        assert created.ok
+        for client in clients:
+            client.sync(base)  # a follower may lag the write until synced
+            reads = multi_read(client, created.results + [f"{base}/none"], timeout=WAIT)
+            assert [r[0] for r in reads[:5]] == [b"d"] * 5
+            assert isinstance(reads[5], NoNodeError)
+            failed = run_multi(client, [CreateOp(f"{base}/e-", ephemeral=True, sequence=True),
+                                        DeleteOp(f"{base}/none")], timeout=WAIT)
+            assert failed.failed_index == 1 and isinstance(failed.failure, NoNodeError)
+        assert sorted(writer.get_children(base)) == sorted(p.rsplit("/", 1)[1] for p in created.results)
+        writer.delete(base, recursive=True)
+    finally:
+        for client in clients:
+            client.stop()
+            client.close()
