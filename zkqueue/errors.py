@@ -1,0 +1,67 @@
+"""Typed exceptions raised by zkqueue. Every error a user can act on has its own class."""
+
+from __future__ import annotations
+
+
+class ZkQueueError(Exception):
+    """Base class of every zkqueue error."""
+
+
+class EnvironmentProblem(ZkQueueError):
+    """Something zkqueue needs on this machine is missing (java, jars, a free port)."""
+
+
+class ServerStartError(ZkQueueError):
+    """An embedded ZooKeeper server did not come up; the message carries the tail of its log."""
+
+
+class InvalidPathError(ZkQueueError, ValueError):
+    """A ZooKeeper path that the server would reject, or one a queue cannot use."""
+
+
+class ConfigurationError(ZkQueueError, ValueError):
+    """A builder option or combination of options that cannot work."""
+
+
+class QueueStateError(ZkQueueError, RuntimeError):
+    """The queue is not in a state that allows the call."""
+
+
+class QueueNotStartedError(QueueStateError):
+    """The queue was used before ``start()``."""
+
+
+class QueueClosedError(QueueStateError):
+    """The queue was used after ``close()``."""
+
+
+class ItemTooLargeError(ZkQueueError, ValueError):
+    """A serialized item (with its framing) is larger than the server's packet limit (jute.maxbuffer)."""
+
+    def __init__(self, size: int, limit: int, what: str = "item") -> None:
+        super().__init__(
+            f"{what} is {size} bytes framed, over the {limit}-byte limit (ZooKeeper jute.maxbuffer); "
+            "split it or raise the limit on both server and client"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class CorruptItemError(ZkQueueError, ValueError):
+    """Bytes that are not a valid Curator ItemSerializer frame."""
+
+
+class SerializationError(ZkQueueError):
+    """The user's serializer failed to turn an item into bytes or back."""
+
+
+class LockLostError(ZkQueueError):
+    """This consumer no longer owns an item's lock (its session expired); the ack was refused."""
+
+
+class LockPathConflictError(ConfigurationError):
+    """The lock path cannot be used as configured (for example it is an item node, or holds data of its own)."""
+
+
+class QueuePermissionError(ZkQueueError, PermissionError):
+    """ZooKeeper refused an operation for lack of credentials (ACL)."""
