@@ -73,6 +73,7 @@ __all__ = [
     "SetDataOp",
     "create_many",
     "delete_many",
+    "gather",
     "get_many",
     "jute_max_buffer",
     "max_create_data",
@@ -363,8 +364,7 @@ class MultiResult:
     def raise_for_failure(self) -> MultiResult:
         """Raise ``failure`` (the op's kazoo exception) if the transaction failed; return self otherwise."""
         if not self.ok:
-            assert self.failure is not None
-            raise self.failure
+            raise self.failure if self.failure is not None else RuntimeError("multi failed without an error")
         return self
 
     @classmethod
