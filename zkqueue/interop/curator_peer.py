@@ -1,9 +1,13 @@
 """Drive Apache Curator 5.9.0's queue recipes from Python, to test and benchmark zkqueue against the real thing.
 
-``CuratorPeer.java`` (next to this module) is a small command-line Curator client. It is compiled with ``javac`` on
-first use into a cache folder (``$ZKQUEUE_CACHE_DIR``, else ``$XDG_CACHE_HOME/zkqueue``, else ``~/.cache/zkqueue``)
-named after a hash of the source, the classpath and the compiler, under a file lock so parallel test processes do
-not race. Items cross the process boundary as hex lines, so every byte arrives exactly as sent.
+``CuratorPeer.java`` (next to this module) is a small command-line Curator client over the real recipes
+(DistributedQueue, -PriorityQueue, -DelayQueue, -IdQueue, SimpleDistributedQueue) with a byte-identity
+serializer. On first use it is compiled with ``javac`` into a jar in a cache folder (``$ZKQUEUE_CACHE_DIR``, else
+``$XDG_CACHE_HOME/zkqueue``, else ``~/.cache/zkqueue``) named after a hash of the source, the classpath and the
+compiler, under a file lock so parallel test processes do not race. A class-data-sharing archive is dumped next
+to it once per JVM option set, which cuts every later JVM start-up by about a third (``ZKQUEUE_PEER_CDS=0`` or
+``use_cds=False`` turns it off). Items cross the process boundary as hex lines, so every byte arrives exactly as
+sent. The peer logs (WARN and up) to its stderr, whose tail error messages carry.
 
 Example::
 
@@ -18,7 +22,9 @@ Example::
 Every call has a deadline; a JVM that overruns it is killed, and no JVM outlives the Python process that started
 it (live processes are killed at interpreter exit, and consumers also stop when their stdin closes).
 
-Each JVM start costs about half a second: prefer one call with many items over many calls.
+Each JVM start costs about half a second: prefer one call with many items over many calls. The default JVM
+options favour start-up (C1 only); benchmarks should pass ``jvm_args=THROUGHPUT_JVM_ARGS`` (and ``quiet=True`` to
+consumers) so Curator runs at full speed.
 """
 
 from __future__ import annotations
@@ -292,7 +298,10 @@ class _Proc:
     def __init__(self, argv: list[str], stdin_data: bytes | None) -> None:
         self.argv = argv
         self._cond = threading.Condition()
-        self._lines: list[str] = []
+        self._lines: list[str] = []  # protocol lines other than ITEM / FAIL
+        self.items: list[bytes] = []  # ITEM payloads, in order
+        self.failures: list[bytes] = []  # FAIL payloads, in order
+        self.protocol_errors: list[str] = []  # stdout lines that could not be parsed
         self._stderr: collections.deque[str] = collections.deque(maxlen=200)
         self._stdout_closed = False
         log.debug("starting Curator peer: %s", " ".join(argv[-12:]))
@@ -330,9 +339,21 @@ class _Proc:
         try:
             for raw in stream:
                 line = raw.decode("ascii", "replace").rstrip("\r\n")
+                tag, _, rest = line.partition(" ")
                 with self._cond:
-                    self._lines.append(line)
+                    try:
+                        if tag == "ITEM":
+                            self.items.append(_parse_hex(rest, line))
+                        elif tag == "FAIL":
+                            self.failures.append(_parse_hex(rest, line))
+                        else:
+                            self._lines.append(line)
+                    except CuratorPeerError as exc:
+                        log.error("%s", exc)
+                        self.protocol_errors.append(line)
                     self._cond.notify_all()
+        except (OSError, ValueError) as exc:  # the stream was closed under us after a kill
+            log.debug("Curator peer stdout reader stopped: %s", exc)
         finally:
             with self._cond:
                 self._stdout_closed = True
@@ -341,23 +362,31 @@ class _Proc:
     def _read_stderr(self) -> None:
         stream = self.proc.stderr
         assert stream is not None
-        for raw in stream:
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            self._stderr.append(line)
-            log.debug("peer stderr: %s", line)
+        try:
+            for raw in stream:
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                self._stderr.append(line)
+                log.debug("peer stderr: %s", line)
+        except (OSError, ValueError) as exc:  # the stream was closed under us after a kill
+            log.debug("Curator peer stderr reader stopped: %s", exc)
 
     def stderr_tail(self) -> str:
         return "\n".join(self._stderr)
 
     def lines(self) -> list[str]:
+        """Protocol lines other than ITEM and FAIL (READY, PUT, DONE, ...)."""
         with self._cond:
             return list(self._lines)
 
-    def wait_until(self, predicate: Callable[[list[str]], bool], timeout: float) -> bool:
-        """Wait until ``predicate(lines)`` holds or stdout closed; True if it holds."""
+    def snapshot(self, which: Literal["items", "failures"]) -> list[bytes]:
+        with self._cond:
+            return list(self.items if which == "items" else self.failures)
+
+    def wait_until(self, predicate: Callable[[_Proc], bool], timeout: float) -> bool:
+        """Wait until ``predicate(self)`` holds (called under the lock) or stdout closed; True if it holds."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while not predicate(self._lines):
+            while not predicate(self):
                 if self._stdout_closed:
                     return False
                 remaining = deadline - time.monotonic()
@@ -394,6 +423,10 @@ class _Proc:
     def _join(self) -> None:
         for t in self._threads:
             t.join(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
     def _short(self) -> str:
         return " ".join(a for a in self.argv[self.argv.index(MAIN_CLASS) + 1 :])
@@ -432,11 +465,11 @@ class ConsumerHandle:
 
     def items(self) -> list[bytes]:
         """The items consumed so far, in order."""
-        return self._tagged("ITEM")
+        return self._p.snapshot("items")
 
     def failures(self) -> list[bytes]:
         """The items the consumer threw on (``fail_on``), in order."""
-        return self._tagged("FAIL")
+        return self._p.snapshot("failures")
 
     def done_count(self) -> int | None:
         """The count from the final ``DONE`` line, or None while the consumer runs."""
@@ -452,13 +485,14 @@ class ConsumerHandle:
     # -- waiting ---------------------------------------------------------------------------------------------
     def wait_ready(self, timeout: float = _STARTUP_SLACK) -> None:
         """Block until the queue is started (the peer printed READY); raise CuratorPeerError if it died first."""
-        if self._p.wait_until(lambda lines: "READY" in lines, timeout):
+        if self._p.wait_until(lambda p: "READY" in p._lines, timeout):
             return
         if self.running:
             self.kill()
             raise CuratorPeerError(f"the Curator consumer was not ready within {timeout:.1f} s",
                                    stderr=self.stderr())
         code = self._p.finish(5)
+        self._result = code
         raise CuratorPeerError("the Curator consumer exited before it was ready", returncode=code,
                                stderr=self.stderr())
 
@@ -467,10 +501,11 @@ class ConsumerHandle:
 
         Raises TimeoutError at the deadline, CuratorPeerError if the peer exited with fewer.
         """
-        if self._p.wait_until(lambda lines: sum(1 for ln in lines if ln.startswith("ITEM ")) >= count, timeout):
+        if self._p.wait_until(lambda p: len(p.items) >= count, timeout):
             return self.items()
         if not self.running:
             code = self._p.finish(5)
+            self._result = code
             raise CuratorPeerError(
                 f"the Curator consumer exited after {len(self.items())} of {count} items",
                 returncode=code,
@@ -499,7 +534,8 @@ class ConsumerHandle:
         return self._finish(timeout)
 
     def kill(self) -> None:
-        """Kill the JVM at once (SIGKILL), like a crash: locks it holds vanish with its session."""
+        """Kill the JVM at once (SIGKILL), like a crash. Its session is not closed: the ephemeral lock nodes it
+        held vanish only when ZooKeeper expires the session (``session_timeout_ms`` of the peer later)."""
         self._p.kill()
         self._result = self._p.proc.returncode
 
@@ -511,6 +547,8 @@ class ConsumerHandle:
                 self._result = self._p.proc.returncode
             if code != 0:
                 raise CuratorPeerError("the Curator consumer failed", returncode=code, stderr=self.stderr())
+            if self._p.protocol_errors:
+                raise CuratorPeerError(f"the peer printed malformed lines: {self._p.protocol_errors[:3]!r}")
             done = self.done_count()
             items = self.items()
             if done is None:
@@ -521,10 +559,6 @@ class ConsumerHandle:
 
     def _quiet(self) -> bool:
         return "--quiet" in self._p.argv
-
-    def _tagged(self, tag: str) -> list[bytes]:
-        prefix = tag + " "
-        return [_parse_hex(ln[len(prefix) :], ln) for ln in self._p.lines() if ln.startswith(prefix)]
 
     def __enter__(self) -> ConsumerHandle:
         return self
