@@ -744,7 +744,8 @@ class CuratorPeer:
         stops it. It never takes a znode it will not report, though a multi-item znode is always reported whole.
         ``fail_on`` makes the consumer throw on that payload (``fail_times`` times; -1 = always), which
         exercises Curator's error modes: with ``lock_path``, ``error_mode`` is ``requeue`` (Curator's default) or
-        ``delete``. With ``wait_ready`` (the default) this returns once Curator's queue has started.
+        ``delete``. With ``wait_ready`` (the default) this returns once Curator's queue has started. ``quiet``
+        (benchmarks) prints no per-item lines: ``items()`` stays empty and ``done_count()`` gives the count.
         """
         _check_kind(kind)
         options = ["--kind", kind, "--timeout-ms", str(int(timeout * 1000)), "--stop-on-eof"]
