@@ -1,0 +1,159 @@
+"""Helpers for testing code that uses zkqueue against a real ZooKeeper.
+
+The pytest fixtures live in :mod:`zkqueue.pytest_plugin` (enable them with
+``pytest_plugins = ["zkqueue.pytest_plugin"]``); this module has no pytest dependency.
+
+Where the server comes from is chosen by environment variables:
+
+- ``ZKQUEUE_ZK_CONNECT=host:port,...``: an existing cluster (no fault controls);
+- ``ZKQUEUE_ZK=docker``: a ZooKeeper 3.9 container through testcontainers (needs a Docker engine);
+- otherwise an embedded :class:`~zkqueue.embedded.ZooKeeperEnsemble` from the pyspark jars.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kazoo.client import KazooClient, KazooState
+
+from zkqueue.embedded import ZooKeeperEnsemble
+from zkqueue.errors import EnvironmentProblem
+
+log = logging.getLogger("zkqueue.testing")
+
+ENV_CONNECT = "ZKQUEUE_ZK_CONNECT"
+ENV_TARGET = "ZKQUEUE_ZK"
+
+
+class ZooKeeperTarget(Protocol):
+    """What a test needs from a server: where to connect, and (for embedded ones) fault controls."""
+
+    connect_string: str
+
+    def close(self) -> None: ...
+
+
+class ExternalZooKeeper:
+    """A cluster someone else runs. It has no fault controls: tests that need them are skipped."""
+
+    controllable = False
+
+    def __init__(self, connect_string: str) -> None:
+        self.connect_string = connect_string
+
+    def close(self) -> None:
+        """Nothing to stop: the cluster is not ours."""
+
+
+class DockerZooKeeper:
+    """One ZooKeeper 3.9 container started through testcontainers."""
+
+    controllable = False
+    image = "zookeeper:3.9"
+
+    def __init__(self) -> None:
+        try:
+            from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional
+        except ImportError as exc:
+            raise EnvironmentProblem("ZKQUEUE_ZK=docker needs `pip install 'zkqueue[docker]'`") from exc
+        if not docker_available():
+            raise EnvironmentProblem("ZKQUEUE_ZK=docker but no Docker engine is reachable")
+        self._container = DockerContainer(self.image).with_exposed_ports(2181)
+        self._container.start()
+        host = self._container.get_container_host_ip()
+        port = self._container.get_exposed_port(2181)
+        self.connect_string = f"{host}:{port}"
+        wait_for(lambda: _can_connect(self.connect_string), timeout=60, message="docker ZooKeeper did not serve")
+
+    def close(self) -> None:
+        self._container.stop()
+
+
+def docker_available() -> bool:
+    """True when a Docker engine answers (not merely when the docker CLI is installed)."""
+    try:
+        import docker  # noqa: PLC0415 - optional, comes with testcontainers
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "no engine"
+        return False
+
+
+def _can_connect(connect_string: str) -> bool:
+    client = KazooClient(connect_string, timeout=5)
+    try:
+        client.start(timeout=5)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        client.stop()
+        client.close()
+
+
+def server_from_environment(size: int = 1, **ensemble_kwargs: Any) -> Any:
+    """Start (or point at) the ZooKeeper that tests should use, as the environment asks."""
+    connect = os.environ.get(ENV_CONNECT)
+    if connect:
+        return ExternalZooKeeper(connect)
+    if os.environ.get(ENV_TARGET, "").lower() == "docker":
+        if size != 1:
+            raise EnvironmentProblem("the docker target starts a single node; fault tests need the embedded one")
+        return DockerZooKeeper()
+    return ZooKeeperEnsemble(size=size, **ensemble_kwargs).start_all()
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, message: str = ""
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy and return that; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(message or f"condition not met within {timeout} s: {predicate!r}")
+        time.sleep(interval)
+
+
+def unique_chroot(prefix: str = "/t-") -> str:
+    """A fresh path for one test's nodes."""
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+def make_client(hosts: str, **kwargs: Any) -> KazooClient:
+    """A started KazooClient; ``start_timeout`` (default 30 s) bounds the connect."""
+    start_timeout = kwargs.pop("start_timeout", 30)
+    kwargs.setdefault("timeout", 10.0)
+    client = KazooClient(hosts=hosts, **kwargs)
+    client.start(timeout=start_timeout)
+    return client
+
+
+def expire_session(client: KazooClient, timeout: float = 30.0) -> None:
+    """Make the server expire ``client``'s session for real, and wait until the client has a new one.
+
+    A second connection that presents the same session id and password and then closes ends the session on the
+    server: the first client then sees EXPIRED_SESSION (state LOST) and connects again with a new session.
+    """
+    session_id, password = client.client_id
+    lost = []
+    client.add_listener(lambda state: lost.append(state) if state == KazooState.LOST else None)
+    hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+    twin = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=client._session_timeout / 1000)
+    twin.start(timeout=timeout)
+    twin.stop()
+    twin.close()
+    wait_for(lambda: lost, timeout=timeout, message="the client never saw its session expire")
+    wait_for(
+        lambda: client.connected and client.client_id and client.client_id[0] != session_id,
+        timeout=timeout,
+        message="the client did not get a new session after expiry",
+    )
