@@ -1,6 +1,7 @@
 """Interop tests against Apache Curator 5.9.0 through the Java Curator peer (zkqueue.interop).
 
-ZooKeeper fixtures (``zk_hosts``, ``zk_client``) come from tests/conftest.py.
+ZooKeeper fixtures (``zk_hosts``, ``zk_client``) come from zkqueue.pytest_plugin via tests/conftest.py; the
+``interop`` marker is registered in setup.cfg.
 """
 
 from __future__ import annotations
@@ -11,11 +12,6 @@ import pytest
 
 from zkqueue.interop import CuratorPeer
 from zkqueue.interop import curator_peer as _peer_module
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # Also registered (or to be) in setup.cfg by the lead; a second registration is harmless.
-    config.addinivalue_line("markers", "interop: runs Apache Curator (Java) against zkqueue or ZooKeeper")
 
 
 @pytest.fixture
