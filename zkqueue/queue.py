@@ -136,6 +136,7 @@ class _Outcome:
     items: list[Any]
     failed_at: int | None = None  # index of the item whose consumer raised
     error: BaseException | None = None
+    ambiguous: bool = False  # an earlier ack attempt may have committed
 
 
 # ---------------------------------------------------------------------------------------------- op helpers
@@ -251,6 +252,10 @@ class DistributedQueue(Generic[T]):
         self._put_queue: deque[_PutRequest] = deque()
         self._puts_in_flight = 0
         self._put_thread: threading.Thread | None = None
+        # lock-safe work to retry once connected again
+        self._deferred_lock = threading.Lock()
+        self._deferred_acks: list[_Outcome] = []
+        self._deferred_releases: list[_Held] = []
         # bounded puts
         self._bound_lock = threading.Lock()
         self._own_lock = threading.Lock()
@@ -390,6 +395,11 @@ class DistributedQueue(Generic[T]):
                 if thread.is_alive():
                     log.warning("thread %s did not stop within 30s (a consumer still running?)", thread.name)
         self._fail_pending_puts()
+        try:
+            if self._retry_deferred():
+                log.warning("queue %s closed with unfinished acks; their items will be redelivered", self._queue_path)
+        except Exception:
+            log.exception("final ack retry on %s failed", self._queue_path)
         try:
             self._client.remove_listener(self._kazoo_state_listener)
         except Exception:  # pragma: no cover
@@ -613,12 +623,10 @@ class DistributedQueue(Generic[T]):
             return
         ops = [_create_op(req.prefix, req.data, sequence=True) for req in batch]
         try:
-            result = protocol.run_multi(self._client, ops)
-        except _CONNECTION_ERRORS as exc:
-            # Unknown outcome: do not resend blindly (that could duplicate the whole batch).
-            log.warning("background put batch of %d to %s: connection problem %r", len(batch), self._queue_path, exc)
+            result = self._with_reconnect(lambda: protocol.run_multi(self._client, ops), f"put batch of {len(batch)}")
+        except Exception as exc:
             for req in batch:
-                self._notify_put_failed(req, exc)
+                self._notify_put_failed(req, _map_error(exc))
             return
         if result.ok:
             self._count("put_ok", len(batch))
@@ -632,12 +640,28 @@ class DistributedQueue(Generic[T]):
 
     def _send_single_put(self, req: _PutRequest) -> None:
         try:
-            self._client.create(req.prefix, req.data, sequence=True)
+            self._with_reconnect(lambda: self._client.create(req.prefix, req.data, sequence=True), "put")
         except Exception as exc:
             self._notify_put_failed(req, _map_error(exc))
             return
         self._count("put_ok")
         self._notify_put(req)
+
+    def _with_reconnect(self, call: Callable[[], Any], what: str, attempts: int = 3) -> Any:
+        """Run ``call``; after a connection error wait for the connection and retry (as Curator's retry policy
+        does for background puts). A create whose reply was lost may have committed, so a retried put can be
+        stored twice: puts are at-least-once across connection loss, never silently dropped."""
+        for attempt in range(attempts):
+            try:
+                return call()
+            except _CONNECTION_ERRORS as exc:
+                if attempt == attempts - 1:
+                    raise
+                log.warning("%s on %s: %r; retrying after reconnect (a duplicate is possible)", what,
+                            self._queue_path, exc)
+                if not self._wait_connected(30.0):
+                    raise
+        raise AssertionError("unreachable")
 
     def _fail_pending_puts(self) -> None:
         with self._put_cond:
@@ -659,6 +683,9 @@ class DistributedQueue(Generic[T]):
         wake_at: float | None = None
         while self._running:
             try:
+                if self._retry_deferred():
+                    retry_at = time.monotonic() + _LOCKED_RETRY_SECONDS
+                    wake_at = retry_at if wake_at is None else min(wake_at, retry_at)
                 timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic())
                 if timeout is None or timeout > 0:
                     snap = cache.wait_for_change(version, timeout)
@@ -880,24 +907,34 @@ class DistributedQueue(Generic[T]):
         return handled, locked
 
     def _release(self, held: list[_Held]) -> None:
-        """Give items back untouched (fence + lock deleted)."""
+        """Give items back untouched (fence + lock deleted). Retried later if the connection is down."""
+        if not held:
+            return
         groups = [[_delete_op(h.fence), _delete_op(h.lock)] for h in held]
         try:
-            for h, (ok, err) in zip(held, self._commit_groups(groups)):
-                if not ok:
-                    log.warning("releasing %s: %r", h.path, err)
-        except Exception:
-            log.exception("releasing locks on %s failed (they vanish with the session)", self._queue_path)
+            results = self._commit_groups(groups)
+        except Exception as exc:
+            log.warning("releasing %d lock(s) on %s failed (%r); will retry", len(held), self._queue_path, exc)
+            with self._deferred_lock:
+                self._deferred_releases.extend(held)
+            return
+        for h, (ok, err) in zip(held, results):
+            if not ok and not isinstance(err, NoNodeError):
+                log.warning("releasing %s: %r", h.path, err)
 
     def _ack(self, outcomes: list[_Outcome]) -> None:
-        """Finish consumed items: delete (fenced) or requeue per the error mode."""
+        """Finish consumed items: delete (fenced) or requeue per the error mode. Work that fails for lack of
+        a connection is kept and retried by the run loop (the fence makes a retry safe)."""
         plain: list[_Outcome] = []
         for o in outcomes:
             if o.error is not None and self._error_mode is ErrorMode.REQUEUE:
-                self._requeue(o)
+                try:
+                    self._requeue(o)
+                except Exception as exc:
+                    log.warning("requeue of %s/%s failed (%r); will retry", self._queue_path, o.name, exc)
+                    with self._deferred_lock:
+                        self._deferred_acks.append(o)
             else:
-                if o.error is not None:
-                    self._count("deleted_on_error")
                 plain.append(o)
         if not plain:
             return
@@ -906,10 +943,45 @@ class DistributedQueue(Generic[T]):
             h = o.held
             assert h is not None
             groups.append([_delete_op(h.fence), _delete_op(h.path, o.version), _delete_op(h.lock)])
-        results = self._commit_groups(groups, retry_connection=True)
+        try:
+            results = self._commit_groups(groups, retry_connection=True)
+        except Exception as exc:
+            log.warning("ack of %d item(s) on %s failed (%r); will retry", len(plain), self._queue_path, exc)
+            for o in plain:
+                o.ambiguous = True
+            with self._deferred_lock:
+                self._deferred_acks.extend(plain)
+            return
         for o, (ok, err) in zip(plain, results):
-            if not ok:
+            if ok:
+                if o.error is not None:
+                    self._count("deleted_on_error")
+            else:
+                if o.ambiguous and err is not None:
+                    try:
+                        err._zkq_ambiguous = True  # type: ignore[attr-defined]
+                    except AttributeError:
+                        pass
                 self._ack_failed(o, err)
+
+    def _retry_deferred(self) -> bool:
+        """Retry acks/releases that failed for lack of a connection; True while some remain."""
+        with self._deferred_lock:
+            acks, self._deferred_acks = self._deferred_acks, []
+            releases, self._deferred_releases = self._deferred_releases, []
+        if not acks and not releases:
+            return False
+        if not self._connected.is_set():
+            with self._deferred_lock:
+                self._deferred_acks[:0] = acks
+                self._deferred_releases[:0] = releases
+            return True
+        if acks:
+            self._ack(acks)
+        if releases:
+            self._release(releases)
+        with self._deferred_lock:
+            return bool(self._deferred_acks or self._deferred_releases)
 
     def _ack_failed(self, o: _Outcome, err: BaseException | None) -> None:
         assert o.held is not None
@@ -1032,16 +1104,19 @@ class DistributedQueue(Generic[T]):
         return o
 
     def _deliver_all(self, outcomes: list[_Outcome], ack: Callable[[list[_Outcome]], None] | None) -> None:
+        """Hand every node to the consumer (inline or on the executor) and ack as they finish.
+
+        In lock-safe mode, nodes never handed over (closing, or the executor refused work) are released
+        untouched, so they go to another consumer instead of staying locked by this live session.
+        """
         if not outcomes:
             return
         if self._executor is None:
             pending: list[_Outcome] = []
             last_ack = time.monotonic()
-            for o in outcomes:
-                if ack is not None and not self._running and o.held is not None:
-                    # closing: give the rest back untouched
-                    rest = outcomes[outcomes.index(o) :]
-                    self._release([r.held for r in rest if r.held is not None])
+            for index, o in enumerate(outcomes):
+                if ack is not None and not self._running:
+                    self._release([r.held for r in outcomes[index:] if r.held is not None])
                     break
                 pending.append(self._consume_node(o))
                 if ack is not None and time.monotonic() - last_ack > _ACK_EVERY_SECONDS:
@@ -1052,8 +1127,16 @@ class DistributedQueue(Generic[T]):
                 ack(pending)
             return
         futures: dict[Future[_Outcome], _Outcome] = {}
-        for o in outcomes:
-            futures[self._executor.submit(self._consume_node, o)] = o
+        try:
+            for index, o in enumerate(outcomes):
+                futures[self._executor.submit(self._consume_node, o)] = o
+        except Exception:
+            if ack is not None:
+                self._release([r.held for r in outcomes[index:] if r.held is not None])
+            log.exception("the executor refused work for %s", self._queue_path)
+            self._count("loop_errors")
+            if not futures:
+                return
         remaining = set(futures)
         while remaining:
             done, remaining = futures_wait(remaining, return_when=FIRST_COMPLETED)

@@ -4,28 +4,18 @@ from __future__ import annotations
 
 import threading
 
-from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.consumer import ConnectionState, QueueConsumer
 from zkqueue.serializers import JsonSerializer, StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.testing import expire_session, wait_for
 
 QPATH = "/queues/jobs"
 LPATH = "/queues/jobs-locks"
 
 
-def expire_session(client: KazooClient, hosts: str) -> None:
-    """Expire ``client``'s session for real: attach a second client to the same session and close it."""
-    sid, passwd = client.client_id
-    twin = KazooClient(hosts=hosts, client_id=(sid, passwd))
-    twin.start()
-    twin.stop()
-    twin.close()
-
-
-def test_curator_605_expired_consumer_cannot_ack(zk_client_factory, zk_hosts) -> None:
+def test_curator_605_expired_consumer_cannot_ack(zk_client_factory) -> None:
     """A consumer whose session expired mid-item must not ack the item a new owner now holds."""
     a_client = zk_client_factory()
     b_client = zk_client_factory()
@@ -47,7 +37,7 @@ def test_curator_605_expired_consumer_cannot_ack(zk_client_factory, zk_hosts) ->
         qa.put("job")
         wait_for(a_started.is_set)
         (name,) = observer.get_children(QPATH)
-        expire_session(a_client, zk_hosts)
+        expire_session(a_client)
         wait_for(lambda: observer.get_children(LPATH) == [], message="A's ephemeral lock should vanish")
         wait_for(lambda: a_client.state == KazooState.CONNECTED)
         with qb:
@@ -62,7 +52,7 @@ def test_curator_605_expired_consumer_cannot_ack(zk_client_factory, zk_hosts) ->
             assert observer.get_children(LPATH) == []
 
 
-def test_curator_336_consumer_gets_connection_states(zk_client_factory, zk_hosts) -> None:
+def test_curator_336_consumer_gets_connection_states(zk_client_factory) -> None:
     states: list = []
     threads: list = []
 
@@ -76,14 +66,14 @@ def test_curator_336_consumer_gets_connection_states(zk_client_factory, zk_hosts
 
     client = zk_client_factory()
     with QueueBuilder.builder(client, Consumer(), StrSerializer(), QPATH).build_queue():
-        expire_session(client, zk_hosts)
+        expire_session(client)
         wait_for(lambda: ConnectionState.RECONNECTED in states, message=f"states: {states}")
     assert ConnectionState.LOST in states
     assert states.index(ConnectionState.LOST) < len(states) - 1 - states[::-1].index(ConnectionState.RECONNECTED)
     assert all(name.startswith("zkqueue-") for name in threads), threads
 
 
-def test_curator_623_resync_after_session_expiry(zk_client_factory, zk_hosts) -> None:
+def test_curator_623_resync_after_session_expiry(zk_client_factory) -> None:
     got: list = []
     consumer_client = zk_client_factory()
     producer_client = zk_client_factory()
@@ -91,7 +81,7 @@ def test_curator_623_resync_after_session_expiry(zk_client_factory, zk_hosts) ->
         with QueueBuilder.builder(producer_client, None, JsonSerializer(), QPATH).build_queue() as p:
             p.put(1)
             wait_for(lambda: got == [1])
-            expire_session(consumer_client, zk_hosts)
+            expire_session(consumer_client)
             wait_for(lambda: consumer_client.state == KazooState.CONNECTED and consumer_client.client_id is not None)
             p.put(2)
             wait_for(lambda: got == [1, 2], message=f"consumer stalled after expiry: {got}")

@@ -14,7 +14,7 @@ from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.serializers import StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.testing import expire_session, wait_for
 
 pytestmark = pytest.mark.faults
 
@@ -40,14 +40,6 @@ CRASHING_CONSUMER = textwrap.dedent(
     threading.Event().wait(60)
     """
 )
-
-
-def expire_session(client: KazooClient, hosts: str) -> None:
-    """Expire ``client``'s session for real: attach a second client to the same session and close it."""
-    twin = KazooClient(hosts=hosts, client_id=client.client_id)
-    twin.start()
-    twin.stop()
-    twin.close()
 
 
 def test_consumer_process_killed_mid_item_is_redelivered(zk_client_factory, zk_hosts) -> None:
@@ -106,7 +98,7 @@ def test_consumption_resumes_after_server_outage_longer_than_session(request) ->
             c.close()
 
 
-def test_lock_lost_mid_batch_releases_nothing_it_does_not_own(zk_client_factory, zk_hosts) -> None:
+def test_lock_lost_mid_batch_releases_nothing_it_does_not_own(zk_client_factory) -> None:
     """Session expiry while several items of a batch are held: none of the stale acks touches the items."""
     a_client = zk_client_factory()
     observer = zk_client_factory()
@@ -125,7 +117,7 @@ def test_lock_lost_mid_batch_releases_nothing_it_does_not_own(zk_client_factory,
         wait_for(started.is_set)
         held = observer.get_children(LPATH)
         assert len(held) == 5
-        expire_session(a_client, zk_hosts)
+        expire_session(a_client)
         wait_for(lambda: observer.get_children(LPATH) == [])
         wait_for(lambda: a_client.state == KazooState.CONNECTED)
         # someone else locks every item now (as a Curator consumer would, by item name)
