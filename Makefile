@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: test demo check-java venv clean
 
 check-java:
-	@$(PYTHON) scripts/check_java.py
+	@$(PYTHON) -m zkqueue.check_java
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -65,3 +65,18 @@ class LockPathConflictError(ConfigurationError):
 
 class QueuePermissionError(ZkQueueError, PermissionError):
     """ZooKeeper refused an operation for lack of credentials (ACL)."""
+
+
+class CuratorPeerError(ZkQueueError):
+    """The Curator peer failed: a non-zero exit, a timeout, or output it should not have produced.
+
+    ``stderr`` holds the tail of the peer's standard error (Java stack traces land there).
+    """
+
+    def __init__(self, message: str, *, returncode: int | None = None, stderr: str = "") -> None:
+        detail = f"{message} (exit code {returncode})" if returncode is not None else message
+        if stderr.strip():
+            detail += "\n--- peer stderr (tail) ---\n" + stderr.rstrip()
+        super().__init__(detail)
+        self.returncode = returncode
+        self.stderr = stderr

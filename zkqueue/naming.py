@@ -338,3 +338,24 @@ def id_matches(name: str, item_id: str) -> bool:
 def id_sort_key(name: str) -> str:
     """Sort key for an id queue: the cleaned name (``queue-<seq>``), so the queue is FIFO, as in Curator."""
     return parse_id(name)[1]
+
+
+# ---------------------------------------------------------------------------------------------------- locks
+LOCK_STYLES = ("qualified", "curator")
+
+
+def lock_suffix(queue_path: str) -> str:
+    """What a qualified lock name adds to the item name: ``@`` + 12 hex digits of SHA-1 of the queue path."""
+    import hashlib  # noqa: PLC0415 - only lock naming needs it
+
+    return "@" + hashlib.sha1(queue_path.encode("utf-8")).hexdigest()[:12]
+
+
+def lock_name(item_name: str, queue_path: str, style: str = "qualified") -> str:
+    """The lock node name for an item: Curator's (the item name) or qualified by the queue, so that queues
+    sharing a lock path never collide."""
+    if style == "curator":
+        return item_name
+    if style != "qualified":
+        raise ConfigurationError(f"lock names must be one of {LOCK_STYLES}, got {style!r}")
+    return item_name + lock_suffix(queue_path)

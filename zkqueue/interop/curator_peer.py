@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal
 
-from zkqueue.errors import ConfigurationError, EnvironmentProblem, ZkQueueError
+from zkqueue.errors import ConfigurationError, CuratorPeerError, EnvironmentProblem
 from zkqueue.jars import curator_classpath
 
 log = logging.getLogger("zkqueue.interop.curator_peer")
@@ -70,23 +70,6 @@ _QUIET_JVM_LOGS: tuple[str, ...] = ("-Xlog:disable", "-Xlog:all=warning:stderr")
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 #: Extra seconds allowed on top of a command's own work for JVM start-up, connecting and closing.
 _STARTUP_SLACK = 30.0
-
-
-class CuratorPeerError(ZkQueueError):
-    """The Curator peer failed: a non-zero exit, a timeout, or output it should not have produced.
-
-    ``stderr`` holds the tail of the peer's standard error (Java stack traces land there).
-
-    TODO(lead): move to zkqueue/errors.py; it lives here until then.
-    """
-
-    def __init__(self, message: str, *, returncode: int | None = None, stderr: str = "") -> None:
-        detail = f"{message} (exit code {returncode})" if returncode is not None else message
-        if stderr.strip():
-            detail += "\n--- peer stderr (tail) ---\n" + stderr.rstrip()
-        super().__init__(detail)
-        self.returncode = returncode
-        self.stderr = stderr
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""The zkqueue command, run as a real subprocess against a real ZooKeeper."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zkqueue import framing
+from zkqueue.embedded import find_leftover_servers
+from zkqueue.testing import make_client, wait_for
+
+ZKQUEUE = [sys.executable, "-m", "zkqueue.cli"]
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ZKQUEUE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.ensemble
+def test_server_three_nodes_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*ZKQUEUE, "server", "--nodes", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        connect = proc.stdout.readline().strip()  # first line: the connect string, once the ensemble serves
+        assert connect.count(",") == 2, connect
+        client = make_client(connect)
+        try:
+            client.create("/from-kazoo", b"ok")
+            assert client.get("/from-kazoo")[0] == b"ok"
+        finally:
+            client.stop()
+            client.close()
+        jvms = find_leftover_servers(owner=proc.pid)
+        assert len(jvms) == 3
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        wait_for(lambda: not set(jvms) & set(find_leftover_servers()), timeout=30, message="JVMs left after Ctrl-C")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_put_consume_stats_round_trip(zk_hosts: str, zk_client) -> None:
+    out = run("put", "--connect", zk_hosts, "/q", "alpha", "beta", "gamma")
+    assert out.returncode == 0, out.stderr
+    names = sorted(zk_client.get_children("/q"))
+    assert len(names) == 3
+    assert framing.decode_items(zk_client.get("/q/" + names[0])[0]) == [b"alpha"]
+
+    stats = run("stats", "--connect", zk_hosts, "/q")
+    assert stats.returncode == 0, stats.stderr
+    assert "pending      3" in stats.stdout
+
+    got = run("consume", "--connect", zk_hosts, "/q", "--count", "2", "--timeout", "20")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["alpha", "beta"]
+    # The third item was never removed: it is still queued, and no lock is left behind.
+    wait_for(lambda: len(zk_client.get_children("/q")) == 1, timeout=20, message="gamma should remain")
+    assert not zk_client.get_children("/q-locks")
+    rest = run("consume", "--connect", zk_hosts, "/q", "--timeout", "3")
+    assert rest.stdout.split() == ["gamma"]
+
+
+def test_put_multi_makes_one_znode(zk_hosts: str, zk_client) -> None:
+    out = run("put", "--connect", zk_hosts, "/m", "--multi", "a", "b")
+    assert out.returncode == 0, out.stderr
+    (name,) = zk_client.get_children("/m")
+    assert framing.decode_items(zk_client.get("/m/" + name)[0]) == [b"a", b"b"]
+
+
+def test_bad_path_is_a_clear_error(zk_hosts: str) -> None:
+    out = run("put", "--connect", zk_hosts, "no-leading-slash", "x")
+    assert out.returncode != 0
+    assert "Error" in out.stderr and "path" in out.stderr.lower()
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    out = run("stats", "--connect", "127.0.0.1:1", "/q", timeout=90)
+    assert out.returncode != 0
+    assert "cannot connect to ZooKeeper" in out.stderr
+
+
+def test_check_java_module_reports_the_version() -> None:
+    out = subprocess.run([sys.executable, "-m", "zkqueue.check_java"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "Java" in out.stdout
+    env = dict(os.environ, PATH="/nonexistent")
+    bad = subprocess.run(
+        [sys.executable, "-m", "zkqueue.check_java"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert bad.returncode == 1 and "openjdk-17" in bad.stderr
+
+
+@pytest.mark.slow
+def test_demo_runs_and_loses_nothing() -> None:
+    out = run("demo", "--items", "600", timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "lost" in out.stdout
+    lost_line = next(line for line in out.stdout.splitlines() if "│ lost" in line)
+    assert lost_line.split("│")[2].strip() == "0"

@@ -1,0 +1,195 @@
+"""The ``zkqueue`` command: run an embedded ZooKeeper, put, consume, inspect, and a demo."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from zkqueue.embedded import ZooKeeperEnsemble
+from zkqueue.errors import ZkQueueError
+
+log = logging.getLogger("zkqueue.cli")
+
+DEFAULT_CONNECT = "127.0.0.1:2181"
+
+
+def _connect_option(fn: Any) -> Any:
+    return click.option(
+        "--connect",
+        envvar="ZKQUEUE_CONNECT",
+        default=DEFAULT_CONNECT,
+        show_default=True,
+        help="ZooKeeper connect string (env ZKQUEUE_CONNECT); a /chroot suffix is allowed.",
+    )(fn)
+
+
+@click.group()
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """zkqueue: Curator-compatible distributed queues on ZooKeeper."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.option("--nodes", default=1, show_default=True, type=click.IntRange(1, 9), help="Servers in the ensemble.")
+@click.option("--port", "base_port", type=int, default=None, help="Base port: node i uses PORT+10i, +1, +2.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Keep data here (default: temp).")
+def server(nodes: int, base_port: int | None, data_dir: str | None) -> None:
+    """Run an embedded ZooKeeper in the foreground until Ctrl-C, and print its connect string."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        ensemble = ZooKeeperEnsemble(size=nodes, base_port=base_port, directory=data_dir).start_all()
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    with ensemble:
+        click.echo(ensemble.connect_string)
+        click.echo(f"ZooKeeper ensemble of {nodes} running; Ctrl-C stops it.", err=True)
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    click.echo("stopped", err=True)
+
+
+def _client(connect: str) -> Any:
+    from zkqueue.testing import make_client  # noqa: PLC0415 - keeps `zkqueue server` light
+
+    try:
+        return make_client(connect, start_timeout=15)
+    except Exception as exc:  # noqa: BLE001 - kazoo raises a bare timeout
+        raise click.ClickException(f"cannot connect to ZooKeeper at {connect}: {exc}") from exc
+
+
+@main.command()
+@_connect_option
+@click.argument("path")
+@click.argument("items", nargs=-1, required=True)
+@click.option("--multi", is_flag=True, help="Put all ITEMS into one znode (Curator's putMulti).")
+def put(connect: str, path: str, items: tuple[str, ...], multi: bool) -> None:
+    """Put ITEMS (UTF-8 strings) into the queue at PATH."""
+    from zkqueue import QueueBuilder, StrSerializer  # noqa: PLC0415
+
+    client = _client(connect)
+    try:
+        with QueueBuilder.builder(client, None, StrSerializer(), path).put_in_background(False).build_queue() as q:
+            if multi:
+                q.put_multi(list(items))
+            else:
+                for item in items:
+                    q.put(item)
+        click.echo(f"put {len(items)} item(s) into {path}")
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        client.stop()
+        client.close()
+
+
+@main.command()
+@_connect_option
+@click.argument("path")
+@click.option("--lock-path", default=None, help="Consume lock-safe with ephemeral locks under this path.")
+@click.option(
+    "--count", type=click.IntRange(1), default=None, help="Stop after this many items (implies lock-safe mode)."
+)
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="Stop after this many idle seconds.")
+def consume(connect: str, path: str, lock_path: str | None, count: int | None, timeout: float) -> None:
+    """Consume items from PATH and print each on its own line.
+
+    With --count the consumer is lock-safe (lock path PATH-locks unless given) and takes one item at a time, so
+    an item beyond the count is never removed: its lock goes away with the session and it stays queued.
+    """
+    from zkqueue import QueueBuilder, StrSerializer  # noqa: PLC0415
+
+    got = threading.Semaphore(0)
+    done = threading.Event()
+    seen = [0]
+    guard = threading.Lock()
+
+    def on_item(item: str) -> None:
+        with guard:
+            full = count is not None and seen[0] >= count
+            if not full:
+                seen[0] += 1
+                click.echo(item)
+        if full:
+            done.wait()  # hold it unacked until the session closes; the item stays queued
+            return
+        got.release()
+
+    if count is not None and lock_path is None:
+        lock_path = path + "-locks"
+    client = _client(connect)
+    queue = None
+    try:
+        builder = QueueBuilder.builder(client, on_item, StrSerializer(), path)
+        if lock_path:
+            builder = builder.lock_path(lock_path)
+        if count is not None:
+            builder = builder.batch_size(1)
+        queue = builder.build_queue()
+        queue.start()
+        while count is None or seen[0] < count:
+            if not got.acquire(timeout=timeout):
+                break
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        client.stop()  # first: locks of unacked items vanish with the session
+        done.set()
+        if queue is not None:
+            queue.close()
+        client.close()
+    click.echo(f"consumed {seen[0]} item(s)", err=True)
+
+
+@main.command()
+@_connect_option
+@click.argument("path")
+@click.option("--lock-path", default=None, help="The queue's lock path, to count locked items.")
+@click.option("--quarantine-path", default=None, help="Default: PATH-quarantine.")
+def stats(connect: str, path: str, lock_path: str | None, quarantine_path: str | None) -> None:
+    """Show how many items are pending, locked and quarantined."""
+    from zkqueue.inspect import queue_counts  # noqa: PLC0415
+
+    client = _client(connect)
+    try:
+        counts = queue_counts(client, path, lock_path=lock_path, quarantine_path=quarantine_path)
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        client.stop()
+        client.close()
+    for key, value in counts.items():
+        click.echo(f"{key:12} {value}")
+
+
+@main.command()
+@click.option("--items", default=3000, show_default=True, help="How many items to put.")
+@click.option("--producers", default=2, show_default=True)
+@click.option("--consumers", default=2, show_default=True)
+@click.option("--no-kill", is_flag=True, help="Do not kill a ZooKeeper node halfway.")
+def demo(items: int, producers: int, consumers: int, no_kill: bool) -> None:
+    """3-node ZooKeeper, producers and lock-safe consumers, a node killed halfway, and the accounting."""
+    from zkqueue.demo import run_demo  # noqa: PLC0415
+
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter after the kill; -v shows it
+    try:
+        report = run_demo(items=items, producers=producers, consumers=consumers, kill_node=not no_kill)
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if report.lost:
+        sys.exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

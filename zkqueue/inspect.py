@@ -1,0 +1,50 @@
+"""Read-only counts of a queue's nodes, for ``zkqueue stats`` and monitoring."""
+
+from __future__ import annotations
+
+import logging
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError, NoNodeError
+
+from zkqueue import naming
+from zkqueue.errors import QueuePermissionError
+
+log = logging.getLogger("zkqueue.inspect")
+
+
+def _children(client: KazooClient, path: str) -> list[str]:
+    try:
+        return client.get_children(path)
+    except NoNodeError:
+        return []
+    except NoAuthError as exc:
+        raise QueuePermissionError(f"not allowed to list {path}: check auth and ACLs") from exc
+
+
+def queue_counts(
+    client: KazooClient,
+    queue_path: str,
+    *,
+    lock_path: str | None = None,
+    quarantine_path: str | None = None,
+) -> dict[str, int]:
+    """``pending`` items, ``locked`` items (held by a lock-safe consumer), ``quarantined`` corrupt items and
+    ``foreign`` nodes that are not queue items. Lock nodes of either naming style are matched to this queue's
+    items, so a lock path shared with other queues is counted correctly."""
+    queue_path = naming.validate_queue_path(queue_path)
+    names = _children(client, queue_path)
+    items = {n for n in names if naming.is_item_name(n)}
+    locked = 0
+    if lock_path:
+        lock_names = set(_children(client, naming.validate_path(lock_path)))
+        for item in items:
+            if naming.lock_name(item, queue_path) in lock_names or item in lock_names:
+                locked += 1
+    quarantine = naming.validate_path(quarantine_path or queue_path + "-quarantine")
+    return {
+        "pending": len(items) - locked,
+        "locked": locked,
+        "quarantined": len(_children(client, quarantine)),
+        "foreign": len(names) - len(items),
+    }
