@@ -246,6 +246,7 @@ class DistributedQueue(Generic[T]):
         self._events: Dispatcher | None = None
         self._last_message_count = 0
         self._foreign_seen: set[str] = set()
+        self._contended_recently = False
         self._lock_data = f"{socket.gethostname()}:{os.getpid()}".encode()
         # background puts
         self._put_cond = threading.Condition()
@@ -751,7 +752,14 @@ class DistributedQueue(Generic[T]):
             step = max(1, min(step, self._min_items_before_refresh or 1))
         retry_locked = False
         processed = 0
-        for start in range(0, len(due), step):
+        remaining = due
+        spread = not self._refresh_on_watch and len(due) > step
+        if spread and self._contended_recently:
+            # Other consumers are active: start at a random point instead of racing them for the head.
+            cut = random.randrange(len(remaining))
+            remaining = remaining[cut:] + remaining[:cut]
+        contended = False
+        while remaining:
             if not self._running:
                 break
             if (
@@ -761,15 +769,32 @@ class DistributedQueue(Generic[T]):
                 and self._cache.version != snap.version
             ):
                 return time.monotonic()  # abandon: re-read the newest listing
-            batch = due[start : start + step]
+            batch, remaining = remaining[:step], remaining[step:]
+            contention_before = self._contention()
             handled, locked = self._process_batch(batch)
             done.update(handled)
             retry_locked = retry_locked or locked
             processed += len(batch)
+            if self._contention() != contention_before:
+                # Other consumers work on this queue. A newer listing drops the names they already took;
+                # a random starting point keeps us off the items they are taking right now. A lone consumer
+                # never gets here, so it stays strictly FIFO.
+                contended = self._contended_recently = True
+                if remaining and spread:
+                    if self._cache is not None and self._cache.version != snap.version:
+                        return time.monotonic()
+                    cut = random.randrange(len(remaining))
+                    remaining = remaining[cut:] + remaining[:cut]
+        if not contended and not remaining:
+            self._contended_recently = False
         if retry_locked:
             at = time.monotonic() + _LOCKED_RETRY_SECONDS
             next_due = at if next_due is None else min(next_due, at)
         return next_due
+
+    def _contention(self) -> int:
+        with self._stats_lock:
+            return self._stats.lost_races + self._stats.lock_conflicts
 
     def _process_batch(self, names: list[str]) -> tuple[list[str], bool]:
         """Process ``names``; return (names that are finished for this queue instance, any held by others)."""
