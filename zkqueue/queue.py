@@ -288,6 +288,16 @@ class DistributedQueue(Generic[T]):
         return self._last_message_count
 
     @property
+    def is_started(self) -> bool:
+        """True between start() and close()."""
+        return self._state is _State.STARTED
+
+    @property
+    def is_closed(self) -> bool:
+        """True once close() has begun."""
+        return self._state is _State.STOPPED
+
+    @property
     def error_mode(self) -> ErrorMode:
         return self._error_mode
 

@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
+from zkqueue.consumer import ConnectionState, QueueConsumer
 from zkqueue.serializers import StrSerializer
 from zkqueue.testing import expire_session, wait_for
 
@@ -74,9 +75,18 @@ def test_consumption_resumes_after_server_outage_longer_than_session(request) ->
     producer_client = KazooClient(hosts=server.connect_string, timeout=10.0)
     got: list = []
     states: list = []
+    delivered: list = []
+
+    class Consumer(QueueConsumer):
+        def consume_message(self, item) -> None:
+            got.append(item)
+
+        def state_changed(self, state) -> None:
+            delivered.append(state)
+
     try:
         consumer_client.start()
-        q = QueueBuilder.builder(consumer_client, got.append, StrSerializer(), QPATH).lock_path(LPATH).build_queue()
+        q = QueueBuilder.builder(consumer_client, Consumer(), StrSerializer(), QPATH).lock_path(LPATH).build_queue()
         with q:
             q.put("before")
             wait_for(lambda: got == ["before"])
@@ -92,6 +102,9 @@ def test_consumption_resumes_after_server_outage_longer_than_session(request) ->
                 p.put("after")
                 assert p.flush_puts(30)
             wait_for(lambda: got == ["before", "after"], timeout=30, message=f"got {got}")
+            # CURATOR-336: the consumer heard about the outage and the recovery
+            assert delivered[0] == ConnectionState.SUSPENDED
+            assert ConnectionState.RECONNECTED in delivered
     finally:
         for c in (consumer_client, producer_client):
             c.stop()
