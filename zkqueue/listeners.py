@@ -69,6 +69,18 @@ class ListenerContainer(Generic[L]):
             except Exception:
                 log.exception("put listener %r raised", listener)
 
+    def notify(self, method: str, *args: Any) -> None:
+        """Call ``listener.<method>(*args)`` on every listener that has it (duck-typed listeners may
+        implement only some methods); exceptions are logged and swallowed."""
+        for listener in self:
+            fn = getattr(listener, method, None)
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("listener %r.%s raised", listener, method)
+
 
 _STOP = object()
 

@@ -480,19 +480,29 @@ class DistributedQueue(Generic[T]):
         """
         self._check_started()
         data = framing.encode_items([self._serialize(item)])
-        return self._bounded_put(data, self.make_item_path(), item, False, timeout)
+        return self._put_framed(data, self.make_item_path(), item, multi=False, timeout=timeout)
 
     def put_multi(self, items: Iterable[T], timeout: float | None = None) -> bool:
         """Add several items in ONE znode (Curator's MultiItem format); consumers get them in order."""
         self._check_started()
         items = list(items)
         data = framing.encode_items([self._serialize(i) for i in items])
-        return self._bounded_put(data, self.make_item_path(), items, True, timeout)
+        return self._put_framed(data, self.make_item_path(), items, multi=True, timeout=timeout)
 
-    def _bounded_put(self, data: bytes, prefix: str, item: Any, multi: bool, timeout: float | None) -> bool:
-        """The seam recipes use: wait for room (bounded queues), then send one framed znode at ``prefix``."""
+    def _frame(self, items: Iterable[Any]) -> bytes:
+        """Serialize and frame ``items`` for one znode (Curator's ItemSerializer)."""
+        return framing.encode_items([self._serialize(i) for i in items])
+
+    def _put_framed(
+        self, data: bytes, prefix: str, item: Any, *, multi: bool = False, timeout: float | None = None
+    ) -> bool:
+        """THE put seam for recipes: wait for room (bounded queues), then store ``data`` (a frame from
+        :meth:`_frame`) as a sequential node at ``prefix`` (e.g. ``<queue>/queue-<priority>``). ``item`` is what
+        put listeners receive (the list of items when ``multi``). False only when a bounded queue stayed full
+        for ``timeout`` seconds."""
+        self._check_started()
         if self._max_items is None:
-            return self._put_framed(data, prefix, item, multi=multi)
+            return self._send_framed(data, prefix, item, multi=multi)
         self._check_size(prefix, data)
         # One bounded put at a time per instance, so this instance never overshoots its own bound.
         if not self._bound_lock.acquire(timeout=-1 if timeout is None else timeout):
@@ -500,7 +510,7 @@ class DistributedQueue(Generic[T]):
         try:
             if not self._wait_for_room(timeout):
                 return False
-            return self._put_framed(data, prefix, item, multi=multi)
+            return self._send_framed(data, prefix, item, multi=multi)
         finally:
             self._bound_lock.release()
 
@@ -534,8 +544,8 @@ class DistributedQueue(Generic[T]):
         if size > self._jute_max_buffer:
             raise ItemTooLargeError(len(data), self._jute_max_buffer - len(prefix) - 10 - _REQUEST_OVERHEAD)
 
-    def _put_framed(self, data: bytes, prefix: str, item: Any, *, multi: bool) -> bool:
-        """Send one framed znode at ``prefix`` (sequential). The seam recipes use for their own names."""
+    def _send_framed(self, data: bytes, prefix: str, item: Any, *, multi: bool) -> bool:
+        """Send one framed znode at ``prefix`` (sequential): queued for the put thread, or created now."""
         self._check_started()
         self._check_size(prefix, data)
         if self._put_in_background:
@@ -562,14 +572,14 @@ class DistributedQueue(Generic[T]):
 
     def _notify_put(self, req: _PutRequest) -> None:
         if req.multi:
-            self.put_listeners.for_each(lambda listener: listener.put_multi_completed(req.item))
+            self.put_listeners.notify("put_multi_completed", req.item)
         else:
-            self.put_listeners.for_each(lambda listener: listener.put_completed(req.item))
+            self.put_listeners.notify("put_completed", req.item)
 
     def _notify_put_failed(self, req: _PutRequest, exc: BaseException) -> None:
         self._count("put_failed")
         log.warning("background put to %s failed: %r", req.prefix, exc)
-        self.put_listeners.for_each(lambda listener: listener.put_failed(req.item, exc))
+        self.put_listeners.notify("put_failed", req.item, exc)
 
     def _wait_for_room(self, timeout: float | None) -> bool:
         if self._max_items is None:
@@ -1035,8 +1045,9 @@ class DistributedQueue(Generic[T]):
             )
             log.warning("%s", lost)
             return
-        log.warning("ack of %s failed: %r", o.held.path, err)
+        log.warning("ack of %s failed: %r; releasing it for redelivery", o.held.path, err)
         self._count("loop_errors")
+        self._release([o.held])
 
     def _requeue(self, o: _Outcome) -> None:
         h = o.held
@@ -1073,6 +1084,33 @@ class DistributedQueue(Generic[T]):
             if result.failure is not None:
                 result.failure._zkq_ambiguous = True  # type: ignore[attr-defined]
             return result
+
+    # -- removal (the seam DistributedIdQueue.remove uses)
+    def _remove_items(self, names: Sequence[str]) -> int:
+        """Delete the item nodes ``names`` unless a consumer holds them; return how many were removed.
+
+        Lock-safe queues take the lock for the removal (create lock, delete item, delete lock in one multi),
+        as Curator's ``tryRemove`` does; an item held by a consumer (lock exists, or our fence child makes the
+        item non-empty) or already gone counts 0.
+        """
+        self._check_started()
+        groups = []
+        for name in names:
+            path = naming.join(self._queue_path, name)
+            if self._lock_path is None:
+                groups.append([_delete_op(path)])
+            else:
+                lock = naming.join(self._lock_path, self._lock_name(name))
+                groups.append([_create_op(lock, self._lock_data, ephemeral=True), _delete_op(path), _delete_op(lock)])
+        if not groups:
+            return 0
+        removed = 0
+        for ok, err in self._commit_groups(groups):
+            if ok:
+                removed += 1
+            elif not isinstance(err, (NoNodeError, NodeExistsError, NotEmptyError)):
+                log.warning("removing an item from %s failed: %r", self._queue_path, err)
+        return removed
 
     # -- decoding and quarantine
     def _decode(self, data: bytes | None) -> tuple[list[Any], str | None]:

@@ -235,3 +235,30 @@ def test_corrupt_znode_quarantined_in_lock_mode(zk_client) -> None:
         data, _ = zk_client.get(f"{q.quarantine_path}/{qname}")
         assert data == b"\x00\x01\x00\x02garbage"
         assert zk_client.get_children(LPATH) == []
+
+
+def test_remove_items_seam_skips_held_items(zk_client) -> None:
+    """The seam DistributedIdQueue.remove builds on: an item held by a consumer is not removed (Curator:
+    testDeletingWithLock), a free one is."""
+    hold = threading.Event()
+    got: list = []
+
+    def consume(item) -> None:
+        got.append(item)
+        hold.wait(20)
+
+    fill(zk_client, ["held"])
+    with locked_queue(zk_client, consume) as q:
+        wait_for(lambda: got == ["held"])
+        (held,) = zk_client.get_children(QPATH)
+        with QueueBuilder.builder(zk_client, None, JsonSerializer(), QPATH).lock_path(LPATH).build_queue() as p:
+            p.put("free")
+            assert p.flush_puts(10)
+            free = [n for n in zk_client.get_children(QPATH) if n != held]
+            assert p._remove_items([held]) == 0
+            assert p._remove_items(free) == 1
+            assert p._remove_items(free) == 0  # already gone
+        assert zk_client.get_children(QPATH) == [held]
+        hold.set()
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+    assert q.stats().consumed == 1
