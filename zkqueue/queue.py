@@ -34,7 +34,6 @@ from typing import Any, Callable, Generic, Iterable, Sequence, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionClosedError,
     ConnectionLoss,
     NoAuthError,
     NodeExistsError,
@@ -977,6 +976,7 @@ class DistributedQueue(Generic[T]):
                     self._requeue(o)
                 except Exception as exc:
                     log.warning("requeue of %s/%s failed (%r); will retry", self._queue_path, o.name, exc)
+                    o.ambiguous = True
                     with self._deferred_lock:
                         self._deferred_acks.append(o)
             else:
@@ -1070,7 +1070,9 @@ class DistributedQueue(Generic[T]):
             return
         err = result.failure
         if result.failed_index is not None and err is not None:
-            err._zkq_op = 0 if result.failed_index == 0 else result.failed_index  # type: ignore[attr-defined]
+            err._zkq_op = result.failed_index  # type: ignore[attr-defined]
+            if o.ambiguous:
+                err._zkq_ambiguous = True  # type: ignore[attr-defined]
         self._ack_failed(o, err)
 
     def _run_multi_retrying(self, ops: list[Any]) -> Any:

@@ -142,3 +142,43 @@ def test_lock_lost_mid_batch_releases_nothing_it_does_not_own(zk_client_factory)
         assert len(observer.get_children(LPATH)) == 5
         for name in observer.get_children(LPATH):
             observer.delete(f"{LPATH}/{name}")
+
+
+def test_ack_during_short_outage_completes_after_reconnect(request) -> None:
+    """The consumer finishes while the server is down (shorter than the session): the ack goes through after
+    the reconnect, exactly once, and nothing counts as a lost lock."""
+    try:
+        server = request.getfixturevalue("zk_private_server")
+    except pytest.FixtureLookupError:
+        pytest.skip("needs the lead's zk_private_server fixture")
+    fast_reconnect = {"max_tries": -1, "delay": 0.05, "max_delay": 0.3}
+    client = KazooClient(hosts=server.connect_string, timeout=20.0, connection_retry=fast_reconnect)
+    states: list = []
+    started, go = threading.Event(), threading.Event()
+    got: list = []
+
+    def consume(item) -> None:
+        got.append(item)
+        started.set()
+        go.wait(30)
+
+    try:
+        client.start()
+        q = QueueBuilder.builder(client, consume, StrSerializer(), QPATH).lock_path(LPATH).build_queue()
+        with q:
+            q.put("job")
+            wait_for(started.is_set)
+            client.add_listener(states.append)
+            server.stop(0)
+            wait_for(lambda: KazooState.SUSPENDED in states)
+            go.set()  # the ack is attempted while disconnected
+            server.start(0)
+            wait_for(lambda: client.connected, timeout=30)
+            wait_for(lambda: client.exists(QPATH) and client.get_children(QPATH) == [], timeout=30)
+            assert client.get_children(LPATH) == []
+            assert got == ["job"]
+            stats = q.stats()
+            assert stats.lock_lost == 0 and stats.consumed == 1
+    finally:
+        client.stop()
+        client.close()
