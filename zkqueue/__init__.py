@@ -24,6 +24,16 @@ _EXPORTS = {
     "JsonSerializer": "zkqueue.serializers",
     "QueueSerializer": "zkqueue.serializers",
     "ZooKeeperEnsemble": "zkqueue.embedded",
+    "DistributedPriorityQueue": "zkqueue.priority",
+    "DistributedDelayQueue": "zkqueue.delay",
+    "DistributedIdQueue": "zkqueue.ids",
+    "SimpleDistributedQueue": "zkqueue.simple",
+    "NoSuchElementError": "zkqueue.simple",
+    "BlockingQueueConsumer": "zkqueue.blocking",
+    "QueueSharder": "zkqueue.sharder",
+    "QueueSharderPolicies": "zkqueue.sharder",
+    "QueueAllocator": "zkqueue.sharder",
+    "LeaderLatch": "zkqueue.sharder",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -35,6 +45,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.listeners import QueuePutListener
     from zkqueue.queue import DistributedQueue, QueueStats
     from zkqueue.serializers import BytesSerializer, JsonSerializer, QueueSerializer, StrSerializer
+    from zkqueue.blocking import BlockingQueueConsumer
+    from zkqueue.delay import DistributedDelayQueue
+    from zkqueue.ids import DistributedIdQueue
+    from zkqueue.priority import DistributedPriorityQueue
+    from zkqueue.sharder import LeaderLatch, QueueAllocator, QueueSharder, QueueSharderPolicies
+    from zkqueue.simple import NoSuchElementError, SimpleDistributedQueue
 
 
 def __getattr__(name: str) -> Any:

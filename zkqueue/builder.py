@@ -87,6 +87,14 @@ class QueueBuilder(Generic[T]):
         self._options["batch_size"] = n
         return self
 
+    def max_batch_bytes(self, n: int) -> "QueueBuilder[T]":
+        """About how many bytes of item data one engine step reads (default 4 MiB): big items mean smaller
+        steps, so memory stays bounded whatever batch_size says."""
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigurationError(f"max_batch_bytes must be a positive int, got {n!r}")
+        self._options["max_batch_bytes"] = n
+        return self
+
     def jute_max_buffer(self, n: int) -> "QueueBuilder[T]":
         """The server's packet limit in bytes (default: protocol.jute_max_buffer())."""
         if isinstance(n, bool) or not isinstance(n, int) or n <= 1024:
@@ -112,3 +120,29 @@ class QueueBuilder(Generic[T]):
         options = dict(self._options)
         options.update(extra)
         return cls(self._client, self._consumer, self._serializer, self._queue_path, **options)
+
+    # -- the queue family (recipe classes live in their own modules; imported here lazily)
+    def build_priority_queue(self, min_items_before_refresh: int) -> Any:
+        """A :class:`zkqueue.priority.DistributedPriorityQueue`: ``put(item, priority)``, lower first.
+
+        ``min_items_before_refresh`` (>= 0): a higher-priority arrival overtakes after at most that many items.
+        """
+        from .priority import DistributedPriorityQueue  # noqa: PLC0415 - avoids an import cycle
+
+        return self._build(DistributedPriorityQueue, min_items_before_refresh=min_items_before_refresh)
+
+    def build_delay_queue(self, requeue_backoff: float | None = None) -> Any:
+        """A :class:`zkqueue.delay.DistributedDelayQueue`: ``put(item, delay_until_epoch_ms)``.
+
+        ``requeue_backoff`` (seconds): a failed item is requeued due no earlier than now + backoff; None keeps
+        its original due time.
+        """
+        from .delay import DistributedDelayQueue  # noqa: PLC0415
+
+        return self._build(DistributedDelayQueue, requeue_backoff=requeue_backoff)
+
+    def build_id_queue(self) -> Any:
+        """A :class:`zkqueue.ids.DistributedIdQueue`: ``put(item, id)``, ``remove(id)``, ``is_queued(id)``."""
+        from .ids import DistributedIdQueue  # noqa: PLC0415
+
+        return self._build(DistributedIdQueue)
