@@ -86,6 +86,13 @@ public final class CuratorPeer {
         "  simple-take [--count N] [--timeout-ms T] [--stop-on-eof] [--quiet]",
         "  id-remove  --id ID [--lock-path L]",
         "  warmup                       load the classes a run needs, without a server (to dump a CDS archive)",
+        "benchmarks (each times itself inside the JVM and prints one line: RESULT <json>):",
+        "  bench-put     --count N [--size S] [--threads T] [--background] [--multi K] [--max-seconds X]",
+        "                K>0: putMulti of K items per znode (bench-put-multi is bench-put with --multi 100)",
+        "  bench-consume [--lock-path L] [--count N] [--max-seconds X]   prints READY, starts on a GO stdin line,",
+        "                stops at N items, stdin EOF or X seconds; RESULT has consumed, t_go, t_first, t_last",
+        "  bench-latency --rate R --duration-s D [--size S] [--drain-s X]  paced background puts + a consumer",
+        "                in this JVM; RESULT has sent, received and latency percentiles in ms",
         "common: [--session-timeout-ms 10000] [--connect-timeout-ms 10000] [--log-level WARN]");
 
     private CuratorPeer() {
@@ -150,6 +157,16 @@ public final class CuratorPeer {
             case "warmup":
                 opts.allow();
                 return cmdWarmup();
+            case "bench-put":
+            case "bench-put-multi":
+                opts.allow("count", "size", "threads", "background", "multi", "max-seconds");
+                return withClient(opts, client -> Bench.put(client, opts));
+            case "bench-consume":
+                opts.allow("lock-path", "count", "max-seconds");
+                return withClient(opts, client -> Bench.consume(client, opts));
+            case "bench-latency":
+                opts.allow("rate", "duration-s", "size", "drain-s", "lock-path");
+                return withClient(opts, client -> Bench.latency(client, opts));
             default:
                 throw new UsageError("unknown command: " + opts.command);
         }
@@ -393,6 +410,264 @@ public final class CuratorPeer {
         }
         emit("WARM");
         return 0;
+    }
+
+    // ----------------------------------------------------------------------------------------------------------
+    // Benchmarks: each command measures itself inside the JVM (JVM start-up and connecting are not timed) and
+    // prints one "RESULT {json}" line. Wall-clock stamps are epoch seconds (so Python can merge several peers).
+
+    private static final class Bench {
+        private Bench() {
+        }
+
+        static double now() {
+            java.time.Instant t = java.time.Instant.now();
+            return t.getEpochSecond() + t.getNano() / 1e9;
+        }
+
+        static byte[] payload(int size) {
+            byte[] b = new byte[size];
+            Arrays.fill(b, (byte) 'x');
+            return b;
+        }
+
+        /** Peak resident memory of this JVM in KiB (VmHWM), or -1 when /proc is unavailable. */
+        static long peakRssKb() {
+            try {
+                for (String line : java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc/self/status"))) {
+                    if (line.startsWith("VmHWM:")) {
+                        return Long.parseLong(line.replaceAll("[^0-9]", ""));
+                    }
+                }
+            } catch (IOException | RuntimeException e) {
+                // not Linux: no figure
+            }
+            return -1;
+        }
+
+        static int put(CuratorFramework client, Options opts) throws Exception {
+            int count = opts.getInt("count", 1000);
+            int size = opts.getInt("size", 100);
+            int threads = Math.max(1, opts.getInt("threads", 1));
+            int multi = opts.getInt("multi", "bench-put-multi".equals(opts.command) ? 100 : 0);
+            boolean background = opts.flag("background");
+            long maxNanos = (long) (Double.parseDouble(opts.get("max-seconds", "600")) * 1e9);
+            byte[] payload = payload(size);
+            DistributedQueue<byte[]> q = QueueBuilder.builder(client, null, new IdentitySerializer(), opts.path())
+                .putInBackground(background).buildQueue();
+            q.start();
+            java.util.concurrent.atomic.AtomicInteger next = new java.util.concurrent.atomic.AtomicInteger();
+            java.util.concurrent.atomic.AtomicInteger done = new java.util.concurrent.atomic.AtomicInteger();
+            java.util.concurrent.atomic.AtomicReference<Throwable> error = new java.util.concurrent.atomic.AtomicReference<>();
+            int step = multi > 0 ? multi : 1;
+            long t0 = System.nanoTime();
+            long deadline = t0 + maxNanos;
+            List<Thread> workers = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                Thread w = new Thread(() -> {
+                    try {
+                        while (System.nanoTime() < deadline) {
+                            int start = next.getAndAdd(step);
+                            if (start >= count) {
+                                return;
+                            }
+                            int n = Math.min(step, count - start);
+                            if (multi > 0) {
+                                List<byte[]> items = new ArrayList<>(n);
+                                for (int i = 0; i < n; i++) {
+                                    items.add(payload);
+                                }
+                                q.putMulti(new ListMultiItem(items));
+                            } else {
+                                q.put(payload);
+                            }
+                            done.addAndGet(n);
+                        }
+                    } catch (Throwable e) {
+                        error.compareAndSet(null, e);
+                    }
+                }, "bench-put-" + t);
+                workers.add(w);
+                w.start();
+            }
+            for (Thread w : workers) {
+                w.join();
+            }
+            boolean flushed = !background || q.flushPuts(Math.max(1, (deadline - System.nanoTime()) / 1_000_000 + 30_000),
+                TimeUnit.MILLISECONDS);
+            double seconds = (System.nanoTime() - t0) / 1e9;
+            q.close();
+            if (error.get() != null) {
+                throw new IllegalStateException("a put failed", error.get());
+            }
+            emit(String.format(java.util.Locale.ROOT,
+                "RESULT {\"items\": %d, \"seconds\": %.6f, \"complete\": %s, \"flushed\": %s, \"threads\": %d}",
+                done.get(), seconds, done.get() >= count && flushed, flushed, threads));
+            return 0;
+        }
+
+        static int consume(CuratorFramework client, Options opts) throws Exception {
+            int count = opts.getInt("count", Integer.MAX_VALUE);
+            double maxSeconds = Double.parseDouble(opts.get("max-seconds", "600"));
+            String lockPath = opts.get("lock-path", null);
+            Object lock = new Object();
+            long[] consumed = {0};
+            double[] stamps = {0.0, 0.0}; // first, last
+            QueueConsumer<byte[]> consumer = new QueueConsumer<>() {
+                @Override
+                public void consumeMessage(byte[] message) {
+                    double t = now();
+                    synchronized (lock) {
+                        if (consumed[0] == 0) {
+                            stamps[0] = t;
+                        }
+                        consumed[0]++;
+                        stamps[1] = t;
+                        if (consumed[0] >= count) {
+                            lock.notifyAll();
+                        }
+                    }
+                }
+
+                @Override
+                public void stateChanged(CuratorFramework c, ConnectionState s) {
+                }
+            };
+            QueueBuilder<byte[]> builder = QueueBuilder.builder(client, consumer, new IdentitySerializer(), opts.path());
+            if (lockPath != null) {
+                builder.lockPath(lockPath);
+            }
+            DistributedQueue<byte[]> q = builder.buildQueue();
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            emit("READY");
+            String go = in.readLine();
+            if (go == null || !go.trim().equals("GO")) {
+                throw new IllegalStateException("expected GO on stdin, got " + go);
+            }
+            CountDownLatch eof = new CountDownLatch(1);
+            Thread reader = new Thread(() -> {
+                try {
+                    while (in.readLine() != null) {
+                        // input after GO is ignored; only its end matters
+                    }
+                } catch (IOException ignored) {
+                    // a broken stdin counts as the end
+                }
+                eof.countDown();
+            }, "stdin-eof");
+            reader.setDaemon(true);
+            reader.start();
+            double tGo = now();
+            long deadline = System.currentTimeMillis() + (long) (maxSeconds * 1000);
+            q.start();
+            synchronized (lock) {
+                while (consumed[0] < count && eof.getCount() > 0) {
+                    long remaining = deadline - System.currentTimeMillis();
+                    if (remaining <= 0) {
+                        break;
+                    }
+                    lock.wait(Math.min(remaining, 50L));
+                }
+            }
+            long n;
+            double first;
+            double last;
+            synchronized (lock) {
+                n = consumed[0];
+                first = stamps[0];
+                last = stamps[1];
+            }
+            emit(String.format(java.util.Locale.ROOT,
+                "RESULT {\"consumed\": %d, \"t_go\": %.6f, \"t_first\": %.6f, \"t_last\": %.6f, \"rss_kb\": %d}",
+                n, tGo, first, last, peakRssKb()));
+            out.flush();
+            // Closing a Curator queue mid-run can block on its executor; the result is out, so close the session
+            // (its lock nodes go at once) and exit right away.
+            closeQuietly(client);
+            Runtime.getRuntime().halt(0);
+            return 0;
+        }
+
+        static int latency(CuratorFramework client, Options opts) throws Exception {
+            double rate = Double.parseDouble(opts.require("rate"));
+            double duration = Double.parseDouble(opts.require("duration-s"));
+            double drain = Double.parseDouble(opts.get("drain-s", "30"));
+            int size = Math.max(8, opts.getInt("size", 100));
+            String lockPath = opts.get("lock-path", null);
+            int total = Math.max(1, (int) Math.round(rate * duration));
+            long[] sentAt = new long[total];
+            long[] latency = new long[total];
+            Arrays.fill(latency, -1L);
+            java.util.concurrent.atomic.AtomicInteger received = new java.util.concurrent.atomic.AtomicInteger();
+            CountDownLatch all = new CountDownLatch(total);
+            QueueConsumer<byte[]> consumer = new QueueConsumer<>() {
+                @Override
+                public void consumeMessage(byte[] message) {
+                    long t = System.nanoTime();
+                    int idx = ByteBuffer.wrap(message).getInt();
+                    if (idx >= 0 && idx < total && latency[idx] < 0) {
+                        latency[idx] = t - sentAt[idx];
+                        received.incrementAndGet();
+                        all.countDown();
+                    }
+                }
+
+                @Override
+                public void stateChanged(CuratorFramework c, ConnectionState s) {
+                }
+            };
+            QueueBuilder<byte[]> builder = QueueBuilder.builder(client, consumer, new IdentitySerializer(), opts.path());
+            if (lockPath != null) {
+                builder.lockPath(lockPath);
+            }
+            DistributedQueue<byte[]> q = builder.buildQueue();
+            q.start();
+            long t0 = System.nanoTime();
+            long interval = (long) (1e9 / rate);
+            for (int i = 0; i < total; i++) {
+                long due = t0 + i * interval;
+                long wait;
+                while ((wait = due - System.nanoTime()) > 0) {
+                    java.util.concurrent.locks.LockSupport.parkNanos(wait);
+                }
+                byte[] p = new byte[size];
+                ByteBuffer.wrap(p).putInt(i);
+                sentAt[i] = System.nanoTime();
+                q.put(p);
+            }
+            double offeredSeconds = (System.nanoTime() - t0) / 1e9;
+            all.await((long) (drain * 1000), TimeUnit.MILLISECONDS);
+            long[] got = Arrays.stream(latency).filter(v -> v >= 0).sorted().toArray();
+            int r = got.length;
+            emit(String.format(java.util.Locale.ROOT,
+                "RESULT {\"sent\": %d, \"received\": %d, \"offered_seconds\": %.6f, \"p50_ms\": %s, \"p99_ms\": %s, "
+                    + "\"max_ms\": %s}",
+                total, r, offeredSeconds, pct(got, 0.50), pct(got, 0.99), r == 0 ? "null" : fmtMs(got[r - 1])));
+            out.flush();
+            closeQuietly(client);
+            Runtime.getRuntime().halt(0);
+            return 0;
+        }
+
+        private static void closeQuietly(CuratorFramework client) {
+            try {
+                client.close();
+            } catch (RuntimeException e) {
+                // exiting anyway
+            }
+        }
+
+        private static String pct(long[] sorted, double q) {
+            if (sorted.length == 0) {
+                return "null";
+            }
+            int i = Math.min(sorted.length - 1, (int) Math.ceil(q * sorted.length) - 1);
+            return fmtMs(sorted[Math.max(0, i)]);
+        }
+
+        private static String fmtMs(long nanos) {
+            return String.format(java.util.Locale.ROOT, "%.3f", nanos / 1e6);
+        }
     }
 
     // ----------------------------------------------------------------------------------------------------------

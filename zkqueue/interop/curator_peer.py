@@ -825,3 +825,81 @@ class CuratorPeer:
             if len(per_item) != len(items):
                 raise ConfigurationError(f"{len(items)} items but {len(per_item)} values")
         return [_hex_line(item, _check_value(kind, v)) for item, v in zip(items, per_item, strict=True)]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Benchmark commands (used by the ``benchmarks`` package)
+
+
+def _parse_result(lines: Sequence[str], command: str, stderr: str = "") -> dict[str, object]:
+    import json  # noqa: PLC0415 - only benchmarks need it
+
+    for line in lines:
+        if line.startswith("RESULT "):
+            try:
+                value = json.loads(line[len("RESULT ") :])
+            except ValueError as exc:
+                raise CuratorPeerError(f"the peer printed a malformed RESULT line: {line!r}") from exc
+            if not isinstance(value, dict):
+                raise CuratorPeerError(f"the peer printed a malformed RESULT line: {line!r}")
+            return value
+    raise CuratorPeerError(f"Curator peer `{command}` printed no RESULT line: {list(lines)[-5:]!r}", stderr=stderr)
+
+
+class BenchConsumer:
+    """A ``bench-consume`` peer: started, connected (READY), then released by :meth:`go`; :meth:`stop` ends it
+    (stdin EOF) and :meth:`result` returns its RESULT dict (consumed, t_go, t_first, t_last, rss_kb)."""
+
+    def __init__(self, proc: _Proc, limit: float) -> None:
+        self._p = proc
+        self._limit = limit
+        self._started = time.monotonic()
+
+    def wait_ready(self, timeout: float = _STARTUP_SLACK) -> None:
+        if not self._p.wait_until(lambda p: "READY" in p._lines, timeout):
+            self._p.kill()
+            raise CuratorPeerError("the Curator bench consumer did not become ready", stderr=self._p.stderr_tail())
+
+    def go(self) -> None:
+        stdin = self._p.proc.stdin
+        assert stdin is not None
+        stdin.write(b"GO\n")
+        stdin.flush()
+
+    def has_result(self) -> bool:
+        return any(line.startswith("RESULT ") for line in self._p.lines())
+
+    def stop(self) -> None:
+        self._p.close_stdin()
+
+    def result(self, timeout: float | None = None) -> dict[str, object]:
+        if timeout is None:
+            timeout = self._limit - (time.monotonic() - self._started)
+        code = self._p.finish(timeout)
+        if code != 0:
+            raise CuratorPeerError("the Curator bench consumer failed", returncode=code, stderr=self._p.stderr_tail())
+        return _parse_result(self._p.lines(), "bench-consume", self._p.stderr_tail())
+
+    def kill(self) -> None:
+        self._p.kill()
+
+
+def bench_run(peer: CuratorPeer, command: str, path: str, options: Sequence[str], timeout: float
+              ) -> dict[str, object]:
+    """Run a one-shot benchmark command (``bench-put``, ``bench-put-multi``, ``bench-latency``) and return the
+    parsed RESULT dict."""
+    if command not in ("bench-put", "bench-put-multi", "bench-latency"):
+        raise ConfigurationError(f"not a one-shot benchmark command: {command!r}")
+    return _parse_result(peer.run(command, path, options, (), timeout), command)
+
+
+def start_bench_consumer(peer: CuratorPeer, path: str, *, lock_path: str | None = None, count: int | None = None,
+                         max_seconds: float = 600.0) -> BenchConsumer:
+    """Start a ``bench-consume`` peer (returns at once; call ``wait_ready`` then ``go``)."""
+    options = ["--max-seconds", str(max_seconds)]
+    if lock_path is not None:
+        options += ["--lock-path", lock_path]
+    if count is not None:
+        options += ["--count", str(count)]
+    proc = _Proc(peer.argv("bench-consume", path, *options), None)
+    return BenchConsumer(proc, limit=max_seconds + _STARTUP_SLACK)
