@@ -48,8 +48,15 @@ class ChildrenCache:
         *,
         on_state: Callable[[str], None] | None = None,
         name: str | None = None,
+        lazy: bool = False,
     ) -> None:
+        """``lazy``: a watch event only marks the cache stale; the relisting happens when somebody waits for
+        a change (``wait_for_change``) or right away if somebody already waits. A consumer working through a
+        big snapshot then relists once per pass instead of once per change it causes."""
         self._client = client
+        self._lazy = lazy
+        self._stale = False
+        self._waiters = 0
         self._path = path
         self._on_state = on_state
         self._cond = threading.Condition()
@@ -107,20 +114,38 @@ class ChildrenCache:
     def version(self) -> int:
         return self._snapshot.version
 
+    @property
+    def stale(self) -> bool:
+        """True when a change was signalled that no listing reflects yet (lazy caches only)."""
+        return self._stale
+
+    def changed_since(self, version: int) -> bool:
+        """True if a listing newer than ``version`` exists or a change is known to be pending."""
+        return self._snapshot.version != version or self._stale
+
     def wait_for_change(self, version: int, timeout: float | None = None) -> Snapshot:
         """Block until the cache version differs from ``version``, the timeout passes or the cache closes;
         return the current snapshot either way."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._snapshot.version == version and not self._closed:
-                if deadline is None:
-                    self._cond.wait()
-                else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(remaining)
-            return self._snapshot
+            self._waiters += 1
+            sync = self._stale
+        try:
+            if sync:
+                self.request_sync()
+            with self._cond:
+                while self._snapshot.version == version and not self._closed:
+                    if deadline is None:
+                        self._cond.wait()
+                    else:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._cond.wait(remaining)
+                return self._snapshot
+        finally:
+            with self._cond:
+                self._waiters -= 1
 
     def wait_until(self, predicate: Callable[[Snapshot], bool], timeout: float | None = None) -> bool:
         """Block until ``predicate(snapshot)`` is true (checked on every new version); False on timeout/close."""
@@ -149,6 +174,7 @@ class ChildrenCache:
                 return
             self._in_flight = True
             self._dirty = False
+            self._stale = False
         self._issue()
 
     def _issue(self) -> None:
@@ -230,6 +256,11 @@ class ChildrenCache:
             return
         if event.type == EventType.NONE:
             return  # connection-state event; the state listener re-syncs on CONNECTED
+        if self._lazy:
+            with self._cond:
+                if self._waiters == 0 and not self._in_flight:
+                    self._stale = True
+                    return
         self.request_sync()
 
     def _state_listener(self, state: str) -> None:  # kazoo's connection thread: never block

@@ -160,6 +160,77 @@ def _map_error(exc: BaseException) -> BaseException:
     return exc
 
 
+class _Acker:
+    """Acks consumed lock-safe items on its own thread, so the run loop can take the next batch meanwhile.
+
+    At most ``max_backlog`` submissions wait (the loop blocks beyond that), which bounds how many consumed
+    items a crash could redeliver. Everything waiting is merged into one ack round.
+    """
+
+    def __init__(self, ack: Callable[[list[_Outcome]], None], name: str, max_backlog: int = 2) -> None:
+        self._ack = ack
+        self._cond = threading.Condition()
+        self._pending: list[list[_Outcome]] = []
+        self._busy = False
+        self._stopped = False
+        self._max_backlog = max_backlog
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, outcomes: list[_Outcome]) -> None:
+        if not outcomes:
+            return
+        with self._cond:
+            while len(self._pending) >= self._max_backlog and not self._stopped:
+                self._cond.wait()
+            if self._stopped:
+                run_now = True
+            else:
+                run_now = False
+                self._pending.append(outcomes)
+                self._cond.notify_all()
+        if run_now:
+            self._ack(outcomes)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every submitted ack ran; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._busy:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.drain(timeout)
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait()
+                if not self._pending and self._stopped:
+                    return
+                batch = [o for outcomes in self._pending for o in outcomes]
+                self._pending.clear()
+                self._busy = True
+                self._cond.notify_all()
+            try:
+                self._ack(batch)
+            except Exception:  # _ack handles its own errors; this is a last line of defence
+                log.exception("ack thread error (items will be redelivered)")
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+
 class DistributedQueue(Generic[T]):
     """A Curator-compatible distributed queue. Build it with :class:`zkqueue.QueueBuilder`."""
 
@@ -181,6 +252,7 @@ class DistributedQueue(Generic[T]):
         lock_names: str = "qualified",
         min_items_before_refresh: int | None = None,
         refresh_on_watch: bool = False,
+        max_batch_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
@@ -213,6 +285,8 @@ class DistributedQueue(Generic[T]):
             raise ConfigurationError(f"max_items must be a positive int, got {max_items!r}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ConfigurationError(f"batch_size must be a positive int, got {batch_size!r}")
+        if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes <= 0:
+            raise ConfigurationError(f"max_batch_bytes must be a positive int, got {max_batch_bytes!r}")
         if final_flush_time is None or final_flush_time < 0:
             raise ConfigurationError(f"final_flush_time must be >= 0 seconds, got {final_flush_time!r}")
         if lock_names not in ("qualified", "curator"):
@@ -246,13 +320,17 @@ class DistributedQueue(Generic[T]):
         self._last_message_count = 0
         self._foreign_seen: set[str] = set()
         self._contended_recently = False
+        self._avg_node_bytes: float | None = None
+        self._max_batch_bytes = max_batch_bytes
         self._lock_data = f"{socket.gethostname()}:{os.getpid()}".encode()
         # background puts
         self._put_cond = threading.Condition()
         self._put_queue: deque[_PutRequest] = deque()
         self._puts_in_flight = 0
         self._put_thread: threading.Thread | None = None
-        # lock-safe work to retry once connected again
+        # lock-safe acks: an ack thread, and work to retry once connected again
+        self._acker: _Acker | None = None
+        self._ack_lock = threading.Lock()
         self._deferred_lock = threading.Lock()
         self._deferred_acks: list[_Outcome] = []
         self._deferred_releases: list[_Held] = []
@@ -280,8 +358,13 @@ class DistributedQueue(Generic[T]):
 
     @property
     def last_message_count(self) -> int:
-        """Number of item children (foreign nodes excluded) in the latest listing this queue saw."""
+        """Number of item children (foreign nodes excluded) in the latest listing this queue saw.
+
+        Asking also requests a fresh listing if changes are known to be pending (the consumer's cache lists
+        lazily), so repeated reads converge on the real count."""
         if self._cache is not None:
+            if self._cache.stale:
+                self._cache.request_sync()
             snap = self._cache.snapshot
             return sum(1 for n in snap.children if naming.is_item_name(n))
         return self._last_message_count
@@ -364,13 +447,20 @@ class DistributedQueue(Generic[T]):
         self._events.start()
         self._client.add_listener(self._kazoo_state_listener)
         if self._consumer is not None or self._max_items is not None:
-            self._cache = ChildrenCache(self._client, self._queue_path, name=f"zkqueue-cache-{self._queue_path}")
+            self._cache = ChildrenCache(
+                self._client,
+                self._queue_path,
+                name=f"zkqueue-cache-{self._queue_path}",
+                lazy=self._max_items is None,  # bounded puts need every change promptly
+            )
             self._cache.start()
         if self._put_in_background:
             self._put_thread = threading.Thread(
                 target=self._put_loop, name=f"zkqueue-put-{self._queue_path}", daemon=True
             )
             self._put_thread.start()
+        if self._consumer is not None and self._lock_path is not None:
+            self._acker = _Acker(self._ack, f"zkqueue-ack-{self._queue_path}")
         if self._consumer is not None:
             self._loop_thread = threading.Thread(
                 target=self._run_loop, name=f"zkqueue-loop-{self._queue_path}", daemon=True
@@ -405,6 +495,8 @@ class DistributedQueue(Generic[T]):
                 if thread.is_alive():
                     log.warning("thread %s did not stop within 30s (a consumer still running?)", thread.name)
         self._fail_pending_puts()
+        if self._acker is not None:
+            self._acker.stop()
         try:
             if self._retry_deferred():
                 log.warning("queue %s closed with unfinished acks; their items will be redelivered", self._queue_path)
@@ -709,6 +801,8 @@ class DistributedQueue(Generic[T]):
                 timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic())
                 if timeout is None or timeout > 0:
                     snap = cache.wait_for_change(version, timeout)
+                elif cache.changed_since(version):
+                    snap = cache.wait_for_change(version, 1.0)  # a change is pending: get that listing
                 else:
                     snap = cache.snapshot
                 if not self._running:
@@ -785,10 +879,11 @@ class DistributedQueue(Generic[T]):
                 self._refresh_on_watch
                 and processed >= (self._min_items_before_refresh or 0)
                 and self._cache is not None
-                and self._cache.version != snap.version
+                and self._cache.changed_since(snap.version)
             ):
                 return time.monotonic()  # abandon: re-read the newest listing
-            batch, remaining = remaining[:step], remaining[step:]
+            n = self._bytes_capped(step)
+            batch, remaining = remaining[:n], remaining[n:]
             contention_before = self._contention()
             handled, locked = self._process_batch(batch)
             done.update(handled)
@@ -800,7 +895,7 @@ class DistributedQueue(Generic[T]):
                 # never gets here, so it stays strictly FIFO.
                 contended = self._contended_recently = True
                 if remaining and spread:
-                    if self._cache is not None and self._cache.version != snap.version:
+                    if self._cache is not None and self._cache.changed_since(snap.version):
                         return time.monotonic()
                     cut = random.randrange(len(remaining))
                     remaining = remaining[cut:] + remaining[:cut]
@@ -810,6 +905,20 @@ class DistributedQueue(Generic[T]):
             at = time.monotonic() + _LOCKED_RETRY_SECONDS
             next_due = at if next_due is None else min(next_due, at)
         return next_due
+
+    def _bytes_capped(self, step: int) -> int:
+        """Items for the next step: ``step``, fewer when nodes are big, so one step reads about
+        ``max_batch_bytes`` at most (a small first step while the node size is unknown)."""
+        avg = self._avg_node_bytes
+        if avg is None:
+            return min(step, 16)
+        return max(1, min(step, self._max_batch_bytes // max(1, int(avg))))
+
+    def _note_sizes(self, reads: Sequence[Any]) -> None:
+        sizes = [len(r[0] or b"") for r in reads if not isinstance(r, BaseException)]
+        if sizes:
+            mean = sum(sizes) / len(sizes)
+            self._avg_node_bytes = mean if self._avg_node_bytes is None else (self._avg_node_bytes + mean) / 2
 
     def _contention(self) -> int:
         with self._stats_lock:
@@ -825,6 +934,7 @@ class DistributedQueue(Generic[T]):
     def _process_normally(self, names: list[str]) -> list[str]:
         paths = [naming.join(self._queue_path, n) for n in names]
         reads = protocol.multi_read(self._client, paths)
+        self._note_sizes(reads)
         handled: list[str] = []
         groups: list[list[Any]] = []
         entries: list[tuple[str, list[bytes], bytes, int]] = []
@@ -930,6 +1040,7 @@ class DistributedQueue(Generic[T]):
             return handled, locked
         try:
             reads = protocol.multi_read(self._client, [h.path for h in held])
+            self._note_sizes(reads)
         except Exception:
             self._release(held)
             raise
@@ -946,7 +1057,7 @@ class DistributedQueue(Generic[T]):
                 handled.append(h.name)
                 continue
             outcomes.append(_Outcome(h, h.name, data, stat.version, items))
-        self._deliver_all(outcomes, ack=self._ack)
+        self._deliver_all(outcomes, ack=self._acker.submit if self._acker is not None else self._ack)
         handled.extend(o.name for o in outcomes)
         return handled, locked
 
@@ -969,6 +1080,10 @@ class DistributedQueue(Generic[T]):
     def _ack(self, outcomes: list[_Outcome]) -> None:
         """Finish consumed items: delete (fenced) or requeue per the error mode. Work that fails for lack of
         a connection is kept and retried by the run loop (the fence makes a retry safe)."""
+        with self._ack_lock:
+            self._ack_locked(outcomes)
+
+    def _ack_locked(self, outcomes: list[_Outcome]) -> None:
         plain: list[_Outcome] = []
         for o in outcomes:
             if o.error is not None and self._error_mode is ErrorMode.REQUEUE:
@@ -1022,7 +1137,7 @@ class DistributedQueue(Generic[T]):
                 self._deferred_releases[:0] = releases
             return True
         if acks:
-            self._ack(acks)
+            self._ack(acks)  # takes _ack_lock
         if releases:
             self._release(releases)
         with self._deferred_lock:
