@@ -71,6 +71,8 @@ _CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError
 _REQUEST_OVERHEAD = 512
 #: Most ops we put in one multi (ZooKeeper has no op-count limit; this keeps latency of one request sane).
 _MAX_OPS_PER_MULTI = 1000
+#: Background put multis in flight at once.
+_PUTS_PIPELINED = 3
 #: How long a lock-safe consumer waits before retrying items another consumer held.
 _LOCKED_RETRY_SECONDS = 0.5
 #: How often an inline consumer acks what it has consumed while a batch is still running.
@@ -701,33 +703,90 @@ class DistributedQueue(Generic[T]):
                 return has_room(newer)
 
     # -- the background put thread
-    def _put_loop(self) -> None:
+    def _take_put_batch(self) -> list[_PutRequest]:
+        """Pop up to one multi's worth of queued puts (caller holds ``_put_cond``)."""
         budget = self._jute_max_buffer - 4096
+        batch: list[_PutRequest] = []
+        size = 0
+        while self._put_queue and len(batch) < _MAX_OPS_PER_MULTI:
+            req = self._put_queue[0]
+            req_size = len(req.data) + len(req.prefix) + 64
+            if batch and size + req_size > budget:
+                break
+            batch.append(self._put_queue.popleft())
+            size += req_size
+        return batch
+
+    def _put_loop(self) -> None:
+        """Send queued puts as multi transactions, up to _PUTS_PIPELINED multis in flight at once.
+
+        ZooKeeper runs one session's requests in order, so sequence numbers follow put order. Completions are
+        handled in send order; the in-flight counter is decremented for every request whatever happens.
+        """
+        inflight: deque[tuple[list[_PutRequest], Any]] = deque()
         while True:
+            batch: list[_PutRequest] = []
             with self._put_cond:
-                while not self._put_queue and not self._closing.is_set():
+                while not self._put_queue and not inflight and not self._closing.is_set():
                     self._put_cond.wait()
-                if not self._put_queue:
+                if not self._put_queue and not inflight:
                     return
-                batch: list[_PutRequest] = []
-                size = 0
-                while self._put_queue and len(batch) < _MAX_OPS_PER_MULTI:
-                    req = self._put_queue[0]
-                    req_size = len(req.data) + len(req.prefix) + 64
-                    if batch and size + req_size > budget:
-                        break
-                    batch.append(self._put_queue.popleft())
-                    size += req_size
-            try:
+                # Another multi goes out while some are in flight only if it is full; otherwise waiting for
+                # the oldest reply lets the next batch grow (fewer, bigger requests).
+                if self._put_queue and (
+                    not inflight
+                    or (len(inflight) < _PUTS_PIPELINED and len(self._put_queue) >= _MAX_OPS_PER_MULTI)
+                ):
+                    batch = self._take_put_batch()
+            if batch:
+                async_result = None
+                if len(batch) > 1 and self._connected.is_set():
+                    try:
+                        ops = [_create_op(req.prefix, req.data, sequence=True) for req in batch]
+                        async_result = protocol.run_multi_async(self._client, ops)
+                    except Exception:
+                        log.debug("could not send a put batch asynchronously; sending it in order", exc_info=True)
+                        async_result = None
+                if async_result is not None:
+                    inflight.append((batch, async_result))
+                    continue
+                # Single puts and the disconnected case go the synchronous way, after what is in flight.
+                while inflight:
+                    self._finish_put_batch(*inflight.popleft())
+                self._finish_put_batch(batch, None)
+                continue
+            self._finish_put_batch(*inflight.popleft())
+
+    def _finish_put_batch(self, batch: list[_PutRequest], async_result: Any) -> None:
+        try:
+            if async_result is None:
                 self._send_puts(batch)
-            except Exception as exc:  # never let the put thread die
-                log.exception("background put thread error on %s", self._queue_path)
-                for req in batch:
-                    self._notify_put_failed(req, exc)
-            finally:
-                with self._put_cond:
-                    self._puts_in_flight -= len(batch)
-                    self._put_cond.notify_all()
+                return
+            try:
+                result = async_result.get()
+            except _CONNECTION_ERRORS:
+                self._send_puts(batch)  # unknown outcome: resend (at-least-once, as Curator's retries)
+                return
+            self._handle_put_result(batch, result)
+        except Exception as exc:  # never let the put thread die
+            log.exception("background put thread error on %s", self._queue_path)
+            for req in batch:
+                self._notify_put_failed(req, exc)
+        finally:
+            with self._put_cond:
+                self._puts_in_flight -= len(batch)
+                self._put_cond.notify_all()
+
+    def _handle_put_result(self, batch: list[_PutRequest], result: Any) -> None:
+        if result.ok:
+            self._count("put_ok", len(batch))
+            for req in batch:
+                self._notify_put(req)
+            return
+        # A multi is all-or-nothing; find out which item is at fault by sending them one by one.
+        log.debug("background put multi failed at %s: %r; retrying one by one", result.failed_index, result.failure)
+        for req in batch:
+            self._send_single_put(req)
 
     def _send_puts(self, batch: list[_PutRequest]) -> None:
         if len(batch) == 1:
@@ -740,15 +799,7 @@ class DistributedQueue(Generic[T]):
             for req in batch:
                 self._notify_put_failed(req, _map_error(exc))
             return
-        if result.ok:
-            self._count("put_ok", len(batch))
-            for req in batch:
-                self._notify_put(req)
-            return
-        # A multi is all-or-nothing; find out which item is at fault by sending them one by one.
-        log.debug("background put multi failed at %s: %r; retrying one by one", result.failed_index, result.failure)
-        for req in batch:
-            self._send_single_put(req)
+        self._handle_put_result(batch, result)
 
     def _send_single_put(self, req: _PutRequest) -> None:
         try:

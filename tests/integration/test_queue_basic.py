@@ -241,3 +241,21 @@ def test_consumer_exception_does_not_drop_rest_of_multi_item(zk_client) -> None:
         wait_for(lambda: len(got) == 3)
         assert got == [1, 3, 4]
         wait_for(lambda: q.stats().consumer_errors == 1)
+
+
+def test_many_background_puts_keep_order_across_pipelined_batches(zk_client) -> None:
+    """Several multis in flight at once still store items in put order, and every put is reported."""
+    n = 3500
+    listener = RecordingPutListener()
+    producer = QueueBuilder.builder(zk_client, None, JsonSerializer(), QPATH).build_queue()
+    producer.put_listeners.add(listener)
+    with producer:
+        for i in range(n):
+            producer.put(i)
+        assert producer.flush_puts(60)
+        assert producer.stats().put_ok == n
+    assert listener.completed == list(range(n))
+    got: list = []
+    with QueueBuilder.builder(zk_client, got.append, JsonSerializer(), QPATH).batch_size(500).build_queue():
+        wait_for(lambda: len(got) == n, timeout=60)
+    assert got == list(range(n))
