@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--hosts", default=None)
+    parser.add_argument("--warmup", type=int, default=3000, help="items run through every workload first, untimed")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     payload = b"x" * args.size
@@ -90,6 +91,11 @@ def main() -> None:
         stack.callback(client.close)
         stack.callback(client.stop)
         root = f"/probe-{uuid.uuid4().hex[:8]}"
+        if args.warmup:  # a fresh JVM is several times slower for its first few thousand requests
+            fill(client, f"{root}/warm", args.warmup, payload)
+            consume(client, f"{root}/warm", args.warmup, None, args.batch_size)
+            fill(client, f"{root}/warm", args.warmup, payload)
+            consume(client, f"{root}/warm", args.warmup, f"{root}/warm-locks", args.batch_size)
         results = {}
         results["put_background"] = fill(client, f"{root}/plain", args.items, payload)
         results["consume_plain"] = consume(client, f"{root}/plain", args.items, None, args.batch_size)
@@ -97,6 +103,9 @@ def main() -> None:
         results["consume_lock_safe"] = consume(client, f"{root}/locked", args.items, f"{root}/locks", args.batch_size)
         client.delete(root, recursive=True)
 
+    import os
+
+    print(f"{args.items} items of {args.size} bytes, batch_size {args.batch_size}, load average {os.getloadavg()[0]:.1f}")
     print(f"{'workload':<20} {'items/s':>10} {'Curator':>9} {'x':>6}")
     for name, rate in results.items():
         print(f"{name:<20} {rate:>10.0f} {CURATOR[name]:>9.0f} {rate / CURATOR[name]:>6.1f}")
