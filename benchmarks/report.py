@@ -1,0 +1,205 @@
+"""Medians and spread, the terminal table, the JSON file and the PNG chart."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+IMPL_LABELS = {"zkqueue": "zkqueue", "curator": "Curator 5.9.0", "kazoo": "kazoo 2.11"}
+
+
+def summarize(runs: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """Median, min, max and half-range spread (% of the median) of ``metric`` over the runs that have it."""
+    values = [float(r[metric]) for r in runs if r.get(metric) is not None]
+    if not values:
+        return {"median": None, "min": None, "max": None, "spread_pct": None, "n": 0}
+    med = statistics.median(values)
+    spread = (max(values) - min(values)) / 2 / med * 100 if med else 0.0
+    return {"median": round(med, 3), "min": round(min(values), 3), "max": round(max(values), 3),
+            "spread_pct": round(spread, 1), "n": len(values)}
+
+
+def evaluate(result: dict[str, Any]) -> None:
+    """Fill ``summary``, ``ratio`` and ``pass`` of one workload result (in place)."""
+    kind = result["target"]["kind"]
+    metric = "p99_ms" if result["kind"] == "latency" else "rate"
+    for impl in result["impls"].values():
+        if impl.get("runs"):
+            impl["summary"] = summarize(impl["runs"], metric)
+            impl["partial"] = not all(r.get("complete", True) for r in impl["runs"])
+            if result["kind"] == "latency":
+                impl["p50_ms"] = summarize(impl["runs"], "p50_ms")["median"]
+                impl["rate_offered"] = summarize(impl["runs"], "offered_rate")["median"]
+            if any("rss_mb_max" in r for r in impl["runs"]):
+                impl["rss_mb_max"] = max(r.get("rss_mb_max", 0) for r in impl["runs"])
+    z = result["impls"].get("zkqueue", {}).get("summary", {}).get("median")
+    c = result["impls"].get("curator", {}).get("summary", {}).get("median")
+    result["ratio"] = None
+    result["pass"] = None
+    if kind == "ratio" and z and c:
+        result["ratio"] = round(z / c, 2)
+        result["pass"] = result["ratio"] >= result["target"]["value"]
+    elif kind == "latency" and z is not None and c is not None:
+        result["ratio"] = round(c / z, 2) if z else None  # how many times lower zkqueue's p99 is
+        result["pass"] = z <= c and not result["impls"]["zkqueue"].get("partial")
+    elif kind == "deep":
+        zk = result["impls"].get("zkqueue", {})
+        base = result.get("baseline_rate")
+        if zk.get("runs") and base:
+            result["ratio"] = round((z or 0) / base, 2)
+            result["pass"] = (not zk.get("partial")) and (z or 0) >= result["target"]["value"] * base
+        if z and c:
+            result["ratio_to_curator"] = round(z / c, 2)
+
+
+def _fmt_rate(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:,.1f}"
+
+
+def _cell(impl: dict[str, Any] | None, latency: bool) -> str:
+    if impl is None:
+        return "-"
+    if impl.get("na"):
+        return "n/a"
+    if impl.get("error"):
+        return "error"
+    s = impl.get("summary") or {}
+    if s.get("median") is None:
+        return "-"
+    if latency:
+        text = f"{impl.get('p50_ms', 0):.1f} / {s['median']:.1f} ms"
+    else:
+        text = _fmt_rate(s["median"])
+    if s.get("n", 0) > 1:
+        text += f" ±{s['spread_pct']:.0f}%"
+    if impl.get("partial"):
+        text += " (partial)"
+    return text
+
+
+def table(report: dict[str, Any]) -> Table:
+    t = Table(title=f"zkqueue benchmarks ({report['mode']} mode, items/s, median of {report['settings']['repeats']})")
+    t.add_column("workload")
+    for impl in report["impls"]:
+        t.add_column(IMPL_LABELS.get(impl, impl), justify="right")
+    t.add_column("zkqueue / Curator", justify="right")
+    t.add_column("target", justify="right")
+    t.add_column("pass", justify="center")
+    for w in report["workloads"]:
+        latency = w["kind"] == "latency"
+        label = w["label"] + (" (p50 / p99)" if latency else "")
+        cells = [_cell(w["impls"].get(i), latency) for i in report["impls"]]
+        ratio = w.get("ratio")
+        if w["kind"] == "deep":
+            ratio_text = "-" if w.get("ratio_to_curator") is None else f"{w['ratio_to_curator']:.1f}x"
+            if ratio is not None:
+                ratio_text += f" ({ratio:.2f} of 10k rate)"
+        elif latency and ratio is not None:
+            ratio_text = f"{ratio:.1f}x lower p99"
+        else:
+            ratio_text = "-" if ratio is None else f"{ratio:.1f}x"
+        verdict = {True: "[green]pass[/]", False: "[red]MISS[/]", None: "-"}[w.get("pass")]
+        t.add_row(label, *cells, ratio_text, w["target"]["text"], verdict)
+    for row in report.get("spark", []):
+        first = row.get("value", "n/a")
+        t.add_row(row["label"] + ("" if first != "n/a" else f" ({row.get('reason', '')})"), first,
+                  *["n/a"] * (len(report["impls"]) - 1), "-", "(none)", "-")
+    return t
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The table as GitHub markdown (for the README)."""
+    head = ["workload", *[IMPL_LABELS.get(i, i) for i in report["impls"]], "zkqueue / Curator", "target", "pass"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    t = table(report)
+    cols = [[str(c) for c in col.cells] for col in t.columns]
+    for i in range(len(cols[0])):
+        cells = [col[i].replace("[green]", "").replace("[red]", "").replace("[/]", "") for col in cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_json(report: dict[str, Any], directory: Path, stamp: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report, indent=2, default=str)
+    path = directory / f"{stamp}.json"
+    path.write_text(text)
+    (directory / "latest.json").write_text(text)
+    return path
+
+
+def write_png(report: dict[str, Any], path: Path) -> Path | None:
+    """Bars of items/s per workload and implementation (log scale), and latency p50/p99."""
+    try:
+        import matplotlib  # noqa: PLC0415
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        return None
+    impls = report["impls"]
+    colors = {"zkqueue": "#2a7ab9", "curator": "#d9822b", "kazoo": "#7a7a7a"}
+    rows = [w for w in report["workloads"] if w["kind"] != "latency"]
+    lat = [w for w in report["workloads"] if w["kind"] == "latency"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * max(4, len(rows)) + 1.5),
+                             gridspec_kw={"width_ratios": [3, 1]})
+    ax = axes[0]
+    height = 0.8 / len(impls)
+    for k, impl in enumerate(impls):
+        ys, xs = [], []
+        for j, w in enumerate(rows):
+            med = ((w["impls"].get(impl) or {}).get("summary") or {}).get("median")
+            if med:
+                ys.append(j + (k - (len(impls) - 1) / 2) * height)
+                xs.append(med)
+        ax.barh(ys, xs, height=height, label=IMPL_LABELS.get(impl, impl), color=colors.get(impl))
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([w["label"] for w in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("items/s (log scale, median)")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    ax2 = axes[1]
+    if lat:
+        w = lat[0]
+        names, p50, p99 = [], [], []
+        for impl in impls:
+            d = w["impls"].get(impl) or {}
+            med = (d.get("summary") or {}).get("median")
+            if med is not None:
+                names.append(IMPL_LABELS.get(impl, impl))
+                p50.append(d.get("p50_ms") or 0)
+                p99.append(med)
+        x = range(len(names))
+        ax2.bar([i - 0.2 for i in x], p50, 0.4, label="p50")
+        ax2.bar([i + 0.2 for i in x], p99, 0.4, label="p99")
+        ax2.set_xticks(list(x))
+        ax2.set_xticklabels(names, fontsize=8)
+        ax2.set_ylabel("ms")
+        rate = report.get("latency_rate")
+        ax2.set_title(f"end-to-end latency at {rate:,.0f} items/s" if rate else "end-to-end latency", fontsize=9)
+        ax2.legend(fontsize=8)
+    else:
+        ax2.axis("off")
+    m = report["machine"]
+    fig.suptitle(f"zkqueue vs Curator vs kazoo: {m.get('ensemble')}, {m.get('cores')} cores, "
+                 f"{report['settings']['size']}-byte items, fsync {m.get('fsync')}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def print_table(report: dict[str, Any], console: Console | None = None) -> None:
+    (console or Console()).print(table(report))

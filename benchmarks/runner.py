@@ -1,0 +1,236 @@
+"""Command line and run plan of the benchmark harness.
+
+    python -m benchmarks [--quick | --deep] [--repeats N] [--count N] [--size S] [--connect HOSTS]
+                         [--only put_bg,consume_plain] [--impls zkqueue,curator,kazoo] [--no-spark]
+
+Starts an embedded 3-node ZooKeeper ensemble (unless ``--connect``), then for each repeat runs every workload on
+every implementation that has the feature, interleaved (the implementation order rotates per repeat), each run at a
+fresh queue path. Writes ``benchmarks/results/<timestamp>.json`` and ``latest.json``, a PNG chart next to them,
+and prints the table. ``--quick`` is a small CI smoke version (under 2 minutes on 2 cores); ``--deep`` adds the
+deep-queue drains (200k and 1M pending; long).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import logging
+import time
+import traceback
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from benchmarks import machine, report
+from benchmarks.peers import IMPLS, Impl, Unsupported
+from benchmarks.workloads import Settings, Workload, run_spark, workloads
+
+log = logging.getLogger("zkqueue.benchmarks.runner")
+
+RESULTS_DIR = Path(__file__).with_name("results")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="small CI smoke run (< 2 min on 2 cores)")
+    mode.add_argument("--deep", action="store_true", help="also drain deep queues (200k and 1M pending)")
+    p.add_argument("--deep-counts", default="200000,1000000",
+                   help="pending items of the deep drains (with --deep), comma separated")
+    p.add_argument("--repeats", type=int, help="runs per workload and implementation (default 3; quick 1)")
+    p.add_argument("--count", type=int, help="items per throughput run (default 10000; quick 300)")
+    p.add_argument("--size", type=int, default=100, help="payload bytes per item (default 100)")
+    p.add_argument("--max-seconds", type=float, help="cap per run (default 20; quick 6)")
+    p.add_argument("--latency-rate", type=float,
+                   help="offered items/s for the latency workload (default: 50%% of zkqueue's max rate)")
+    p.add_argument("--latency-seconds", type=float, help="producer duration of the latency workload")
+    p.add_argument("--connect", help="use this ZooKeeper instead of starting an embedded 3-node ensemble")
+    p.add_argument("--servers", type=int, default=3, help="embedded ensemble size (default 3)")
+    p.add_argument("--force-sync", action="store_true", help="embedded servers fsync their log (default off)")
+    p.add_argument("--only", help="comma-separated workload names (see --list)")
+    p.add_argument("--impls", default="zkqueue,curator,kazoo", help="comma-separated implementations")
+    p.add_argument("--no-spark", action="store_true", help="skip the Spark rows")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
+    p.add_argument("--list", action="store_true", help="list the workloads and exit")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> tuple[Settings, int]:
+    s = Settings(size=args.size)
+    repeats = 3
+    if args.quick:
+        s.count, s.max_seconds, s.latency_seconds, s.latency_drain = 300, 6.0, 1.5, 5.0
+        repeats = 1
+    if args.deep:
+        s.deep_counts = tuple(int(x) for x in args.deep_counts.split(",") if x.strip())
+    if args.count:
+        s.count = args.count
+    if args.max_seconds:
+        s.max_seconds = args.max_seconds
+    if args.latency_seconds:
+        s.latency_seconds = args.latency_seconds
+    s.latency_rate = args.latency_rate
+    return s, args.repeats or repeats
+
+
+@contextlib.contextmanager
+def ensemble(args: argparse.Namespace, deep_max: int) -> Iterator[str]:
+    if args.connect:
+        yield args.connect
+        return
+    from zkqueue.embedded import ZooKeeperEnsemble  # noqa: PLC0415
+
+    heap = 512 if deep_max < 300_000 else 2048
+    with ZooKeeperEnsemble(size=args.servers, force_sync=args.force_sync, heap_mb=heap) as zk:
+        yield zk.connect_string
+
+
+def _latency_rate(results: dict[str, dict[str, Any]]) -> float | None:
+    """50% of zkqueue's max end-to-end rate: the slower of its background put and plain consume medians."""
+    rates = []
+    for name in ("put_bg", "consume_plain"):
+        runs = results.get(name, {}).get("impls", {}).get("zkqueue", {}).get("runs", [])
+        if runs:
+            rates.append(sorted(r["rate"] for r in runs)[len(runs) // 2])
+    return round(0.5 * min(rates), 0) if rates else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    s, repeats = settings_from(args)
+    plan: list[Workload] = workloads(s)
+    if args.list:
+        for w in plan:
+            print(f"{w.name:16} {w.label}  [{', '.join(w.impls)}]  target {w.target.text}")
+        return 0
+    if args.only:
+        wanted = {x.strip() for x in args.only.split(",")}
+        unknown = wanted - {w.name for w in plan}
+        if unknown:
+            raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))} (see --list)")
+        plan = [w for w in plan if w.name in wanted]
+    impl_names = [x.strip() for x in args.impls.split(",") if x.strip()]
+    for name in impl_names:
+        if name not in IMPLS:
+            raise SystemExit(f"unknown implementation {name!r} (zkqueue, curator, kazoo)")
+    mode = "quick" if args.quick else ("deep" if args.deep else "full")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=170)
+    started = time.time()
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    results: dict[str, dict[str, Any]] = {
+        w.name: {"name": w.name, "label": w.label, "kind": w.kind,
+                 "target": {"text": w.target.text, "kind": w.target.kind, "value": w.target.value},
+                 "count": w.params.get("pending") or w.count(s), "impls": {}}
+        for w in plan
+    }
+    spark_rows: list[dict[str, Any]] = []
+    ctx: dict[str, Any] = {"seq": 0, "latency_rate": s.latency_rate}
+    with ensemble(args, max(s.deep_counts, default=0)) as connect:
+        describe = machine.describe(servers=None if args.connect else args.servers, force_sync=args.force_sync,
+                                    connect=args.connect)
+        impls: dict[str, Impl] = {n: IMPLS[n](connect, s.size) for n in impl_names}
+        client = KazooClient(hosts=connect, timeout=15.0)
+        client.start(timeout=60)
+        root = f"/zkq-bench-{uuid.uuid4().hex[:8]}"
+        client.ensure_path(root)
+        steps = [(r, w, n) for r in range(repeats) for w in plan if not w.deep_only
+                 for n in _rotate([n for n in impl_names if n in w.impls], r)]
+        steps += [(0, w, n) for w in plan if w.deep_only for n in impl_names if n in w.impls]
+        spark_on = not args.no_spark
+        try:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=console, transient=False) as progress:
+                task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0))
+                for r, w, name in steps:
+                    progress.update(task, description=f"[{r + 1}/{repeats}] {w.name:15} {name:8}")
+                    entry = results[w.name]["impls"].setdefault(name, {"runs": []})
+                    if w.kind == "latency" and ctx["latency_rate"] is None:
+                        ctx["latency_rate"] = _latency_rate(results) or 1000.0
+                    ctx["seq"] += 1
+                    try:
+                        run = w.run(impls[name], client, root, s, ctx)
+                        entry["runs"].append(run.as_dict())
+                    except Unsupported as exc:
+                        entry["na"] = str(exc)
+                    except Exception as exc:  # noqa: BLE001 - recorded in the report, the rest goes on
+                        log.warning("%s on %s failed: %r", w.name, name, exc)
+                        entry.setdefault("errors", []).append(repr(exc)[:500])
+                        entry["error"] = True
+                        log.debug("%s", traceback.format_exc())
+                    progress.advance(task)
+                if spark_on:
+                    progress.update(task, description="spark probe")
+                    spark = run_spark(connect, args.quick)
+                    spark_rows = _spark_rows(spark)
+                    progress.advance(task)
+        finally:
+            with contextlib.suppress(Exception):
+                client.delete(root, recursive=True)
+            client.stop()
+            client.close()
+    base = (results.get("consume_plain", {}).get("impls", {}).get("zkqueue", {}) or {}).get("runs")
+    for res in results.values():
+        if res["kind"] == "deep" and base:
+            res["baseline_rate"] = sorted(r["rate"] for r in base)[len(base) // 2]
+        report.evaluate(res)
+    out = {
+        "version": 1,
+        "mode": mode,
+        "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+        "duration_s": round(time.time() - started, 1),
+        "command": "python -m benchmarks " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "machine": describe,
+        "settings": {"count": s.count, "size": s.size, "repeats": repeats, "max_seconds": s.max_seconds,
+                     "latency_seconds": s.latency_seconds, "deep_counts": list(s.deep_counts)},
+        "latency_rate": ctx["latency_rate"],
+        "impls": impl_names,
+        "workloads": list(results.values()),
+        "spark": spark_rows,
+        "notes": [
+            "Throughput runs are capped at max_seconds; a '(partial)' implementation reports the rate it reached.",
+            "put_bg uses 2x count items and put_multi 10x count items (100 per znode).",
+            "Consumers run as separate processes and sessions; consume timing runs from GO to the last delivery.",
+        ],
+    }
+    path = report.write_json(out, args.out, stamp)
+    png = report.write_png(out, args.out / f"{stamp}.png")
+    if png is not None:
+        (args.out / "latest.png").write_bytes(png.read_bytes())
+    report.print_table(out, console)
+    console.print(f"JSON: {path}   chart: {png or 'not written (matplotlib missing)'}   "
+                  f"took {out['duration_s']:.0f} s")
+    return 0
+
+
+def _rotate(names: list[str], r: int) -> list[str]:
+    if not names:
+        return names
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+def _spark_rows(spark: dict[str, Any]) -> list[dict[str, Any]]:
+    if spark.get("status") != "ok":
+        reason = spark.get("reason", "not run")
+        return [{"label": "Spark sink rows/s", "value": "n/a", "reason": reason},
+                {"label": "Spark executor consumers items/s", "value": "n/a", "reason": reason}]
+    res = spark["result"]
+    rows = []
+    for key, label in (("sink_rows_per_s", "Spark sink rows/s"), ("executor_items_per_s",
+                                                                     "Spark executor consumers items/s")):
+        v = res.get(key)
+        rows.append({"label": label, "value": f"{v:,.0f}" if isinstance(v, (int, float)) else "n/a",
+                     "raw": res})
+    return rows
