@@ -191,5 +191,25 @@ def demo(items: int, producers: int, consumers: int, no_kill: bool) -> None:
         sys.exit(1)
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(args: tuple[str, ...]) -> None:
+    """Run the benchmark harness (``python -m benchmarks``); ``zkqueue bench --help`` lists its options."""
+    import importlib  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    checkout = Path(__file__).resolve().parent.parent  # benchmarks/ ships in the source tree, not the wheel
+    if (checkout / "benchmarks" / "runner.py").is_file() and str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    try:
+        runner = importlib.import_module("benchmarks.runner")
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the benchmarks package is not importable ({exc}); run from a source checkout of zkqueue"
+        ) from exc
+    sys.exit(runner.main(list(args)))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
