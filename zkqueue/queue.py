@@ -991,11 +991,13 @@ class DistributedQueue(Generic[T]):
         entries: list[tuple[str, list[bytes], bytes, int]] = []
         for name, path, res in zip(names, paths, reads):
             if isinstance(res, BaseException):
+                handled.append(name)  # skipped until the name leaves the listing
                 if isinstance(res, NoNodeError):
                     self._count("lost_races")
-                    handled.append(name)
-                    continue
-                raise res
+                else:
+                    log.warning("cannot read %s: %r (skipped)", path, res)
+                    self._count("loop_errors")
+                continue
             data, stat = res
             items, reason = self._decode(data)
             if reason is not None:
@@ -1006,7 +1008,13 @@ class DistributedQueue(Generic[T]):
             entries.append((name, items, data, stat.version))
         if not groups:
             return handled
-        results = self._commit_groups(groups)
+        results = self._commit_groups(groups, retry_connection=True)
+        if len(groups) <= _MAX_OPS_PER_MULTI and all(
+            not ok and isinstance(err, NoNodeError) and getattr(err, "_zkq_ambiguous", False) for ok, err in results
+        ):
+            # The reply to our delete multi was lost and now every node is gone: a multi is atomic, so it
+            # committed (one chunk) -- these items are ours to deliver, not another consumer's.
+            results = [(True, None)] * len(results)
         deliver: list[_Outcome] = []
         for (name, items, data, version), (ok, err) in zip(entries, results):
             handled.append(name)

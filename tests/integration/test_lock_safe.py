@@ -262,3 +262,33 @@ def test_remove_items_seam_skips_held_items(zk_client) -> None:
         hold.set()
         wait_for(lambda: zk_client.get_children(QPATH) == [])
     assert q.stats().consumed == 1
+
+
+def test_ack_reply_lost_is_not_a_lost_lock(zk_client, monkeypatch) -> None:
+    """The ack multi commits but its reply is lost: the retry finds the fence gone, sees the item gone too,
+    and knows its own ack went through (no lock_lost, no redelivery)."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from zkqueue import protocol
+
+    real = protocol.run_multi
+    lost: list = []
+
+    def run_multi(client, ops, **kwargs):
+        ops = list(ops)
+        result = real(client, ops, **kwargs)
+        is_ack = len(ops) == 3 and all(isinstance(op, protocol.DeleteOp) for op in ops)
+        if not lost and result.ok and is_ack:
+            lost.append(ops)
+            raise ConnectionLoss()
+        return result
+
+    monkeypatch.setattr(protocol, "run_multi", run_multi)
+    got: list = []
+    with locked_queue(zk_client, got.append) as q:
+        q.put("x")
+        wait_for(lambda: got == ["x"])
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        wait_for(lambda: lost)
+        assert q.stats().lock_lost == 0 and q.stats().loop_errors == 0
+    assert got == ["x"]

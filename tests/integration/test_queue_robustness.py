@@ -136,3 +136,37 @@ def test_serializer_failure_on_put_raises_typed_error(zk_client) -> None:
             q.put(123)  # not a str
         assert q.flush_puts(5)
         assert q.stats().put_failed == 0 and q.stats().put_ok == 0
+
+
+def _lose_first_reply(monkeypatch, match) -> list:
+    """Let ZooKeeper commit the first multi whose ops satisfy ``match``, then pretend its reply was lost."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from zkqueue import protocol
+
+    real = protocol.run_multi
+    lost: list = []
+
+    def run_multi(client, ops, **kwargs):
+        result = real(client, ops, **kwargs)
+        ops = list(ops)
+        if not lost and result.ok and match(ops):
+            lost.append(ops)
+            raise ConnectionLoss()
+        return result
+
+    monkeypatch.setattr(protocol, "run_multi", run_multi)
+    return lost
+
+
+def test_plain_delete_reply_lost_still_delivers_once(zk_client, monkeypatch) -> None:
+    from zkqueue.protocol import DeleteOp
+
+    lost = _lose_first_reply(monkeypatch, lambda ops: all(isinstance(op, DeleteOp) for op in ops))
+    got: list = []
+    with QueueBuilder.builder(zk_client, got.append, JsonSerializer(), QPATH).build_queue() as q:
+        q.put_multi([1, 2])
+        q.put(3)
+        wait_for(lambda: got == [1, 2, 3], message=f"got {got}")
+        assert lost, "the fault was not injected"
+        assert q.stats().lost_races == 0
