@@ -33,9 +33,14 @@ CRASHING_CONSUMER = textwrap.dedent(
     client = KazooClient(hosts=hosts, timeout=2.0)
     client.start()
 
+    die_at = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    taken = []
+
     def consume(item):
+        taken.append(item)
         print("TOOK", item, flush=True)
-        os._exit(17)  # die mid-item: no ack, no lock release; the session just stops
+        if len(taken) >= die_at:
+            os._exit(17)  # die mid-item: no ack, no lock release; the session just stops
 
     QueueBuilder.builder(client, consume, StrSerializer(), qpath).lock_path(lpath).build_queue().start()
     threading.Event().wait(60)
@@ -62,6 +67,31 @@ def test_consumer_process_killed_mid_item_is_redelivered(zk_client_factory, zk_h
         # the dead consumer's lock is an ephemeral of its session: redelivery once the session expires
         wait_for(lambda: got == ["job-1"], timeout=30, message="item was not redelivered")
         wait_for(lambda: client.get_children(QPATH) == [] and client.get_children(LPATH) == [])
+
+
+def test_consumer_process_killed_mid_batch_loses_nothing(zk_client_factory, zk_hosts) -> None:
+    client = zk_client_factory()
+    items = [f"job-{i:02d}" for i in range(50)]
+    with QueueBuilder.builder(client, None, StrSerializer(), QPATH).build_queue() as p:
+        for item in items:
+            p.put(item)
+        assert p.flush_puts(10)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASHING_CONSUMER, zk_hosts, QPATH, LPATH, "25"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 17, proc.stderr
+    crashed = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("TOOK ")]
+    assert len(crashed) == 25
+    got: list = []
+    with QueueBuilder.builder(zk_client_factory(), got.append, StrSerializer(), QPATH).lock_path(LPATH).build_queue():
+        wait_for(lambda: client.get_children(QPATH) == [], timeout=30, message=f"left: {client.get_children(QPATH)}")
+        wait_for(lambda: client.get_children(LPATH) == [])
+    assert set(crashed) | set(got) == set(items)  # at-least-once: nothing lost
+    assert len(got) == len(set(got))
+    assert set(items) - set(crashed) <= set(got)  # what the dead consumer never saw came here
 
 
 def test_consumption_resumes_after_server_outage_longer_than_session(request) -> None:
