@@ -170,3 +170,30 @@ def test_plain_delete_reply_lost_still_delivers_once(zk_client, monkeypatch) -> 
         wait_for(lambda: got == [1, 2, 3], message=f"got {got}")
         assert lost, "the fault was not injected"
         assert q.stats().lost_races == 0
+
+
+def test_no_auth_maps_to_queue_permission_error(zk_client) -> None:
+    from kazoo.security import make_acl
+
+    from zkqueue.errors import QueuePermissionError
+    from zkqueue.listeners import QueuePutListener
+
+    zk_client.ensure_path(QPATH.rsplit("/", 1)[0])
+    zk_client.create(QPATH, acl=[make_acl("world", "anyone", read=True)])
+    with QueueBuilder.builder(zk_client, None, StrSerializer(), QPATH).put_in_background(False).build_queue() as q:
+        with pytest.raises(QueuePermissionError):
+            q.put("denied")
+        assert q.stats().put_failed == 1
+    failures: list = []
+
+    class Listener(QueuePutListener):
+        def put_failed(self, item, exc) -> None:
+            failures.append((item, exc))
+
+    q = QueueBuilder.builder(zk_client, None, StrSerializer(), QPATH).build_queue()
+    q.put_listeners.add(Listener())
+    with q:
+        q.put("denied too")
+        assert q.flush_puts(10)
+    assert [item for item, _ in failures] == ["denied too"]
+    assert isinstance(failures[0][1], QueuePermissionError)
