@@ -1,0 +1,275 @@
+"""Options of the ``zkqueue`` Spark sink, parsed once on the driver into a picklable :class:`SinkOptions`.
+
+Spark hands a Python data source its options as a case-insensitive dict of strings (``option("n", 5)`` arrives
+as ``"5"``, ``True`` as ``"true"``). :meth:`SinkOptions.from_options` accepts that dict, and also the keyword
+arguments of :func:`zkqueue.spark.put_partition` (``id_column=...``): underscores are dropped and names
+compared case-insensitively, so ``idColumn``, ``idcolumn`` and ``id_column`` are the same option.
+
+Every invalid value raises :class:`~zkqueue.errors.ConfigurationError` naming the option.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zkqueue import naming
+from zkqueue.errors import ConfigurationError
+from zkqueue.protocol import MAX_MULTI_OPS, jute_max_buffer
+from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings, parse_auth
+
+log = logging.getLogger("zkqueue.spark.options")
+
+KINDS = ("plain", "priority", "delay", "id")
+BUILTIN_SERIALIZERS = ("auto", "bytes", "str", "json")
+#: Default key column per queue kind.
+DEFAULT_KEY_COLUMN = {"priority": "priority", "delay": "delay_until", "id": "id"}
+
+#: Option names (lower case, no underscores) and what they mean; the README lists them too.
+KNOWN = {
+    "zkhosts": "ZooKeeper connect string (required), chroot allowed: 'h1:2181,h2:2181/app'",
+    "path": "queue path (save(path) / start(path) set it)",
+    "queuepath": "queue path, when not given to save()/start()",
+    "kind": "plain (default), priority, delay or id",
+    "keycolumn": "column holding the priority / delay epoch / id (default: priority, delay_until, id)",
+    "prioritycolumn": "alias of keyColumn for kind=priority",
+    "delaycolumn": "alias of keyColumn for kind=delay",
+    "idcolumn": "alias of keyColumn for kind=id",
+    "valuecolumn": "binary or string column used as the item; absent: the whole row as JSON",
+    "serializer": "auto (default), bytes, str, json or 'module:Class' (a QueueSerializer, built with no args)",
+    "itemspernode": "items framed into one znode (Curator putMulti), default 1",
+    "batchsize": "znodes per multi transaction, default 1000 (also cut by jute.maxbuffer)",
+    "inflight": "multi transactions in flight per task, default 4",
+    "maxitems": "bounded queue: wait while the queue holds this many item nodes",
+    "maxitemstimeout": "seconds to wait for room before failing the task (default 600)",
+    "dedupe": "true: idempotent per (query, batch, partition, row) through marker nodes",
+    "dedupepath": "where dedupe markers live (default <queue path>-dedupe)",
+    "dedupekey": "batch writes: a stable key making re-runs of the same write idempotent",
+    "sessiontimeout": f"executor kazoo session timeout in seconds (default {DEFAULT_SESSION_TIMEOUT:g})",
+    "connecttimeout": "seconds to wait for a connection (default 30)",
+    "chroot": "chroot appended to zkHosts",
+    "auth": "'scheme:credential' pairs separated by ',' (e.g. digest:user:secret)",
+    "acl": "open (default) or creator (CREATOR_ALL_ACL; needs auth)",
+    "jutemaxbuffer": "the server's jute.maxbuffer in bytes (default 1048575 or $ZKQUEUE_JUTE_MAXBUFFER)",
+}
+#: Options Spark itself may pass along; accepted silently.
+SPARK_OPTIONS = {"checkpointlocation", "queryname", "outputmode"}
+
+
+def normalize(options: Mapping[str, Any]) -> dict[str, str]:
+    """Lower-case, underscore-free keys; string values (``True`` -> ``"true"``); ``None`` values dropped."""
+    out: dict[str, str] = {}
+    for key, value in dict(options).items():
+        if value is None:
+            continue
+        name = str(key).replace("_", "").lower()
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        out[name] = str(value)
+    return out
+
+
+def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:
+    raw = opts.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigurationError(f"option {name}: expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigurationError(f"option {name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(opts: Mapping[str, str], name: str, default: float) -> float:
+    raw = opts.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigurationError(f"option {name}: expected a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ConfigurationError(f"option {name}: must be > 0, got {value}")
+    return value
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise ConfigurationError(f"option {name}: expected true or false, got {raw!r}")
+
+
+def load_serializer(spec: str) -> Any:
+    """Build the serializer ``spec`` names: a built-in name, or ``module:Class`` (instantiated with no args)."""
+    from zkqueue.serializers import BytesSerializer, JsonSerializer, StrSerializer  # noqa: PLC0415
+
+    if spec == "bytes":
+        return BytesSerializer()
+    if spec == "str":
+        return StrSerializer()
+    if spec == "json":
+        return JsonSerializer(default=_json_default)
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(
+            f"option serializer: expected one of {BUILTIN_SERIALIZERS} or 'module:Class', got {spec!r}"
+        )
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"option serializer: cannot import {spec!r}: {exc}") from exc
+    obj = target() if isinstance(target, type) else target
+    if not callable(getattr(obj, "serialize", None)) or not callable(getattr(obj, "deserialize", None)):
+        raise ConfigurationError(f"option serializer: {spec!r} has no serialize()/deserialize()")
+    return obj
+
+
+def _json_default(value: Any) -> Any:
+    """JSON for Spark values the json module lacks: timestamps/dates (ISO 8601), decimals (string), binary
+    (base64), maps/rows already arrive as dicts and lists."""
+    import base64  # noqa: PLC0415
+    import datetime  # noqa: PLC0415
+    import decimal  # noqa: PLC0415
+
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Everything a sink task needs; plain data, safe to pickle into executors."""
+
+    zk: ZkSettings
+    path: str
+    kind: str = "plain"
+    key_column: str | None = None
+    value_column: str | None = None
+    serializer: str = "auto"
+    items_per_node: int = 1
+    batch_size: int = MAX_MULTI_OPS
+    inflight: int = 4
+    max_items: int | None = None
+    max_items_timeout: float = 600.0
+    dedupe: bool = False
+    dedupe_path: str = ""
+    dedupe_key: str | None = None
+    jute_max_buffer: int = 0
+
+    @property
+    def nodes_per_multi(self) -> int:
+        """Item nodes per multi: batchSize, capped by maxItems so one multi can fit a bounded queue."""
+        if self.max_items is not None:
+            return max(1, min(self.batch_size, self.max_items))
+        return self.batch_size
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, path: str | None = None) -> SinkOptions:
+        opts = normalize(options)
+        unknown = sorted(k for k in opts if k not in KNOWN and k not in SPARK_OPTIONS)
+        if unknown:
+            log.warning("ignoring unknown zkqueue sink option(s): %s (known: %s)", unknown, sorted(KNOWN))
+        hosts = opts.get("zkhosts") or opts.get("hosts")
+        if not hosts:
+            raise ConfigurationError("option zkHosts (the ZooKeeper connect string) is required")
+        zk = ZkSettings(
+            hosts=hosts,
+            session_timeout=_float(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT),
+            connect_timeout=_float(opts, "connecttimeout", 30.0),
+            auth=parse_auth(opts.get("auth")),
+            acl=opts.get("acl", "open").strip().lower(),
+            chroot=opts.get("chroot") or None,
+        )
+        queue_path = path or opts.get("path") or opts.get("queuepath")
+        if not queue_path:
+            raise ConfigurationError("no queue path: use save('/queues/x') / start('/queues/x') or option queuePath")
+        naming.validate_queue_path(queue_path)
+        if queue_path == "/":
+            raise ConfigurationError("the queue path cannot be the root '/'")
+        kind = opts.get("kind", "plain").strip().lower()
+        if kind not in KINDS:
+            raise ConfigurationError(f"option kind: expected one of {KINDS}, got {kind!r}")
+        key_column = None
+        if kind != "plain":
+            key_column = opts.get("keycolumn") or opts.get(f"{kind}column") or DEFAULT_KEY_COLUMN[kind]
+        serializer = opts.get("serializer", "auto").strip()
+        if serializer.lower() in BUILTIN_SERIALIZERS:
+            serializer = serializer.lower()
+        elif ":" not in serializer:
+            raise ConfigurationError(
+                f"option serializer: expected one of {BUILTIN_SERIALIZERS} or 'module:Class', got {serializer!r}"
+            )
+        dedupe = _bool(opts, "dedupe", False)
+        dedupe_path = opts.get("dedupepath") or queue_path + "-dedupe"
+        naming.validate_path(dedupe_path)
+        if dedupe_path == queue_path or dedupe_path.startswith(queue_path + "/") or queue_path.startswith(
+            dedupe_path + "/"
+        ):
+            raise ConfigurationError(f"option dedupePath {dedupe_path!r} must be outside the queue path")
+        dedupe_key = opts.get("dedupekey") or None
+        if dedupe_key is not None and ("/" in dedupe_key or naming.escape_id(dedupe_key) != dedupe_key):
+            raise ConfigurationError(f"option dedupeKey {dedupe_key!r}: use letters, digits, '-', '_' or '.'")
+        if dedupe_key is not None and not dedupe:
+            raise ConfigurationError("option dedupeKey needs dedupe=true")
+        limit = _int(opts, "jutemaxbuffer", None, minimum=4096)
+        return cls(
+            zk=zk,
+            path=queue_path,
+            kind=kind,
+            key_column=key_column,
+            value_column=opts.get("valuecolumn") or None,
+            serializer=serializer,
+            items_per_node=_int(opts, "itemspernode", 1) or 1,
+            batch_size=_int(opts, "batchsize", MAX_MULTI_OPS) or MAX_MULTI_OPS,
+            inflight=_int(opts, "inflight", 4) or 4,
+            max_items=_int(opts, "maxitems", None),
+            max_items_timeout=_float(opts, "maxitemstimeout", 600.0),
+            dedupe=dedupe,
+            dedupe_path=dedupe_path,
+            dedupe_key=dedupe_key,
+            jute_max_buffer=jute_max_buffer(limit),
+        )
+
+    def check_schema(self, field_types: Mapping[str, str]) -> None:
+        """Fail fast on the driver: the key and value columns must exist (``field_types``: name -> type name)."""
+        if self.key_column is not None and self.key_column not in field_types:
+            raise ConfigurationError(
+                f"kind={self.kind} needs column {self.key_column!r} (option keyColumn); the DataFrame has "
+                f"{sorted(field_types)}"
+            )
+        if self.value_column is not None:
+            kind = field_types.get(self.value_column)
+            if kind is None:
+                raise ConfigurationError(
+                    f"option valueColumn: no column {self.value_column!r}; the DataFrame has {sorted(field_types)}"
+                )
+            if self.serializer == "auto" and kind not in ("binary", "string"):
+                raise ConfigurationError(
+                    f"valueColumn {self.value_column!r} is {kind}: use a binary or string column, or set "
+                    "serializer=json (or drop valueColumn to send each row as JSON)"
+                )
+
+    def resolve_serializer(self, value_type: str | None) -> str:
+        """The serializer actually used: ``auto`` means bytes for binary, str for string, json otherwise."""
+        if self.serializer != "auto":
+            return self.serializer
+        if self.value_column is None:
+            return "json"
+        return {"binary": "bytes", "string": "str"}.get(value_type or "", "json")

@@ -1,0 +1,392 @@
+"""The write path of the Spark sink: rows -> Curator-framed item nodes, many creates per multi transaction.
+
+One task writes one partition:
+
+1. Each row becomes one payload (the ``valueColumn`` value, or the row as JSON, through the serializer) and one
+   node-name prefix (``queue-``, or the priority / delay / id prefix from the key column, encoded exactly as
+   Curator's recipes do).
+2. Consecutive rows with the same prefix are framed together, up to ``itemsPerNode`` per znode (Curator's
+   ``putMulti`` format); with the default of 1 every row is one Curator ``put``.
+3. Nodes are grouped into multi transactions of up to ``batchSize`` creates, cut earlier so a request never
+   exceeds ``jute.maxbuffer``; up to ``inflight`` multis are pipelined on the process's one session (ZooKeeper
+   applies one session's requests in order, so the partition's items keep their order).
+
+Delivery is at-least-once: a retried task, or a multi re-sent after ``ConnectionLoss`` (when its outcome is
+unknown), may put items again.
+
+``dedupe`` makes it exactly-once per (scope, partition, row). The scope is ``<query id>.<batch id>`` for a
+stream and the ``dedupeKey`` (or a per-write random key) for a batch write. Every multi starts by creating
+a marker node ``<dedupePath>/<scope>/p<partition>-r<first row index>``. ZooKeeper commits the marker and the
+items together or not at all. When the multi is re-sent (task retry, re-run batch, lost connection), the
+marker already exists. The whole multi then fails with NodeExistsError on op 0 and adds nothing, so those
+rows count as ``deduped``. This needs no read before writing and no listing of the queue, and it still holds
+after consumers took the first copy, which a check for existing ids would miss. It assumes that a retried
+task sees the same rows in the same order. That holds for deterministic sources such as files and stream
+offsets; a non-deterministic plan may shift rows between chunks.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from zkqueue import framing, naming, protocol
+from zkqueue.errors import ItemTooLargeError, QueuePermissionError, QueueStateError, SerializationError
+from zkqueue.spark.options import SinkOptions, _json_default, load_serializer
+
+log = logging.getLogger("zkqueue.spark.sink")
+
+_CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError)
+_RETRIES = 5
+#: Bytes kept free in every multi for the dedupe marker (its path is short; this is generous).
+_MARKER_RESERVE = 600
+
+
+class QueueFullError(QueueStateError):  # TODO(lead): move to zkqueue/errors.py
+    """A bounded queue (``maxItems``) stayed full for ``maxItemsTimeout`` seconds."""
+
+
+@dataclass
+class SinkStats:
+    """What one task (or :func:`put_partition` call) wrote."""
+
+    rows: int = 0  # rows put in this call (excluding deduped ones)
+    nodes: int = 0  # item znodes created
+    multis: int = 0  # multi transactions committed
+    deduped: int = 0  # rows skipped because their chunk was already committed (dedupe only)
+
+    def add(self, other: SinkStats) -> None:
+        self.rows += other.rows
+        self.nodes += other.nodes
+        self.multis += other.multis
+        self.deduped += other.deduped
+
+
+@dataclass
+class _Node:
+    prefix: str
+    payloads: list[bytes]
+    first_row: int
+
+
+@dataclass
+class _Chunk:
+    ops: list[Any]
+    rows: int
+    nodes: int
+    first_row: int
+    marker: str | None = None
+
+
+class Encoder:
+    """Turns rows into (node prefix, payload) pairs for one queue kind; built once per task."""
+
+    def __init__(self, options: SinkOptions, value_type: str | None) -> None:
+        self.options = options
+        self.serializer_name = options.resolve_serializer(value_type)
+        self.serializer = load_serializer(self.serializer_name)
+        self._plain = options.path + "/" + naming.ITEM_PREFIX
+        self._cache: dict[Any, str] = {}
+
+    def payload(self, value: Any, row: int) -> bytes:
+        if value is None:
+            what = f"column {self.options.value_column!r}" if self.options.value_column else "the row"
+            raise SerializationError(f"row {row}: {what} is null; a queue item cannot be null")
+        try:
+            data = self.serializer.serialize(value)
+        except Exception as exc:
+            raise SerializationError(
+                f"row {row}: serializer {self.serializer_name} failed on {type(value).__name__}: {exc}"
+            ) from exc
+        if not isinstance(data, bytes):
+            if isinstance(data, (bytearray, memoryview)):
+                return bytes(data)
+            raise SerializationError(f"row {row}: serializer {self.serializer_name} returned {type(data).__name__}")
+        return data
+
+    def prefix(self, key: Any, row: int) -> str:
+        kind = self.options.kind
+        if kind == "plain":
+            return self._plain
+        cached = self._cache.get(key) if isinstance(key, (int, str)) and not isinstance(key, bool) else None
+        if cached is not None:
+            return cached
+        if key is None:
+            raise SerializationError(f"row {row}: the {kind} column {self.options.key_column!r} is null")
+        try:
+            if kind == "priority":
+                name = naming.priority_prefix(key)
+            elif kind == "delay":
+                name = naming.delay_prefix(_epoch_ms(key))
+            else:
+                name = naming.id_prefix(key if isinstance(key, str) else _id_text(key))
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(
+                f"row {row}: bad {kind} value {key!r} in column {self.options.key_column!r}: {exc}"
+            ) from exc
+        prefix = self.options.path + "/" + name
+        if len(self._cache) < 10_000 and isinstance(key, (int, str)):
+            self._cache[key] = prefix
+        return prefix
+
+
+def _id_text(key: Any) -> str:
+    if isinstance(key, bool) or not isinstance(key, int):
+        raise TypeError(f"an id must be a string or an integer, got {type(key).__name__}")
+    return str(key)
+
+
+def _epoch_ms(value: Any) -> int:
+    """A delay column value as epoch milliseconds: an integer, or a timestamp (naive ones are taken as UTC)."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, datetime.date):
+        return int(datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.timezone.utc).timestamp()
+                   * 1000)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------- row sources
+def arrow_pairs(batches: Iterable[Any], encoder: Encoder) -> Iterator[tuple[str, bytes]]:
+    """(prefix, payload) per row of pyarrow RecordBatches, converting whole columns at once."""
+    options = encoder.options
+    row = 0
+    for batch in batches:
+        names = batch.schema.names
+        n = batch.num_rows
+        if options.value_column is not None:
+            values = batch.column(names.index(options.value_column)).to_pylist()
+        else:
+            values = batch.to_pylist()
+        keys = batch.column(names.index(options.key_column)).to_pylist() if options.key_column else None
+        payload = encoder.payload
+        if keys is None:
+            prefix = encoder.prefix(None, row)
+            for i in range(n):
+                yield prefix, payload(values[i], row + i)
+        else:
+            prefix_of = encoder.prefix
+            for i in range(n):
+                yield prefix_of(keys[i], row + i), payload(values[i], row + i)
+        row += n
+
+
+def row_pairs(rows: Iterable[Any], encoder: Encoder) -> Iterator[tuple[str, bytes]]:
+    """(prefix, payload) per pyspark Row, dict or namedtuple."""
+    options = encoder.options
+    for row_index, row in enumerate(rows):
+        if isinstance(row, dict):
+            record = row
+        elif hasattr(row, "asDict"):
+            record = row.asDict(recursive=True)
+        elif hasattr(row, "_asdict"):
+            record = row._asdict()
+        else:
+            raise SerializationError(f"row {row_index}: expected a pyspark Row or a dict, got {type(row).__name__}")
+        key = None
+        if options.key_column is not None:
+            if options.key_column not in record:
+                raise SerializationError(f"row {row_index}: no column {options.key_column!r}")
+            key = record[options.key_column]
+        if options.value_column is not None:
+            if options.value_column not in record:
+                raise SerializationError(f"row {row_index}: no column {options.value_column!r}")
+            value = record[options.value_column]
+        else:
+            value = record
+        yield encoder.prefix(key, row_index), encoder.payload(value, row_index)
+
+
+# ----------------------------------------------------------------------------------------------- the writer
+class PartitionWriter:
+    """Writes one partition's (prefix, payload) pairs; see the module docstring for the protocol."""
+
+    def __init__(self, client: KazooClient, options: SinkOptions, *, scope: str | None, partition: int) -> None:
+        if options.dedupe and not scope:
+            raise ValueError("dedupe needs a scope")
+        self.client = client
+        self.options = options
+        self.scope_path = naming.join(options.dedupe_path, scope) if options.dedupe and scope else None
+        self.partition = partition
+        self.stats = SinkStats()
+        limit = options.jute_max_buffer
+        self._budget = limit - protocol.REQUEST_HEADER_BYTES - protocol.MULTI_HEADER_BYTES
+        if self.scope_path is not None:
+            self._budget -= _MARKER_RESERVE
+
+    # -- grouping
+    def _nodes(self, pairs: Iterable[tuple[str, bytes]]) -> Iterator[_Node]:
+        per_node = self.options.items_per_node
+        current: _Node | None = None
+        for row, (prefix, payload) in enumerate(pairs):
+            if current is not None and (current.prefix != prefix or len(current.payloads) >= per_node):
+                yield current
+                current = None
+            if current is None:
+                current = _Node(prefix, [payload], row)
+            else:
+                current.payloads.append(payload)
+        if current is not None:
+            yield current
+
+    def _chunks(self, nodes: Iterable[_Node]) -> Iterator[_Chunk]:
+        limit = self.options.nodes_per_multi
+        ops: list[Any] = []
+        rows = 0
+        first_row = 0
+        used = 0
+        acl = self.client.default_acl or None
+        base_sizes: dict[str, int] = {}  # op_size is costly per row; it is constant per prefix plus the data
+        for node in nodes:
+            data = framing.encode_items(node.payloads)
+            op = protocol.CreateOp(node.prefix, data, acl, False, True)
+            base = base_sizes.get(node.prefix)
+            if base is None:
+                base = protocol.op_size(protocol.CreateOp(node.prefix, b"", acl, False, True), self.client)
+                if len(base_sizes) < 10_000:
+                    base_sizes[node.prefix] = base
+            size = base + len(data)
+            if size > self._budget:
+                raise ItemTooLargeError(len(data), self._budget - (size - len(data)),
+                                        f"row {node.first_row} ({len(node.payloads)} item(s) in one znode)")
+            if ops and (len(ops) >= limit or used + size > self._budget):
+                yield self._chunk(ops, rows, first_row)
+                ops, rows, used = [], 0, 0
+            if not ops:
+                first_row = node.first_row
+            ops.append(op)
+            rows += len(node.payloads)
+            used += size
+        if ops:
+            yield self._chunk(ops, rows, first_row)
+
+    def _chunk(self, ops: list[Any], rows: int, first_row: int) -> _Chunk:
+        nodes = len(ops)
+        marker = None
+        if self.scope_path is not None:
+            marker = f"{self.scope_path}/p{self.partition}-r{first_row}"
+            ops = [protocol.CreateOp(marker, str(rows).encode(), None, False, False), *ops]
+        return _Chunk(ops, rows, nodes, first_row, marker)
+
+    # -- sending
+    def write(self, pairs: Iterable[tuple[str, bytes]]) -> SinkStats:
+        window: list[tuple[_Chunk, Any]] = []
+        inflight = 1 if self.options.max_items is not None else self.options.inflight
+        for chunk in self._chunks(self._nodes(pairs)):
+            if self.options.max_items is not None:
+                self._wait_for_room(chunk.nodes)
+            window.append((chunk, protocol.run_multi_async(self.client, chunk.ops)))
+            if len(window) >= inflight:
+                self._finish(*window.pop(0))
+        while window:
+            self._finish(*window.pop(0))
+        return self.stats
+
+    def _finish(self, chunk: _Chunk, pending: Any) -> None:
+        for attempt in range(_RETRIES + 1):
+            try:
+                result = pending.get() if attempt == 0 else protocol.run_multi(self.client, chunk.ops)
+            except _CONNECTION_ERRORS as exc:
+                if attempt == _RETRIES:
+                    raise
+                log.warning(
+                    "multi of %d node(s) to %s: %r; re-sending after reconnect (%s)", chunk.nodes,
+                    self.options.path, exc,
+                    "the dedupe marker makes this safe" if chunk.marker else "a duplicate is possible",
+                )
+                self._wait_connected()
+                continue
+            except NoAuthError as exc:
+                raise QueuePermissionError(f"ZooKeeper refused a create under {self.options.path}: {exc!r}") from exc
+            if result.ok:
+                self.stats.rows += chunk.rows
+                self.stats.nodes += chunk.nodes
+                self.stats.multis += 1
+                return
+            failure, index = result.failure, result.failed_index
+            if chunk.marker is not None and index == 0 and isinstance(failure, NodeExistsError):
+                self.stats.deduped += chunk.rows
+                log.info("rows %d..%d of partition %d were already written (marker %s); skipped",
+                         chunk.first_row, chunk.first_row + chunk.rows - 1, self.partition, chunk.marker)
+                return
+            if isinstance(failure, NoNodeError) and attempt < _RETRIES:
+                # A parent is missing: the marker scope (op 0 with dedupe) or the queue itself.
+                parent = self.scope_path if chunk.marker is not None and index == 0 else self.options.path
+                self.client.ensure_path(parent)
+                continue
+            if isinstance(failure, NoAuthError):
+                raise QueuePermissionError(
+                    f"ZooKeeper refused a create under {self.options.path}: {failure!r}") from failure
+            raise failure if failure is not None else RuntimeError("multi failed without an error")
+
+    def _wait_connected(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.client.connected:
+            if time.monotonic() > deadline:
+                raise ConnectionLoss(f"no ZooKeeper connection within {timeout:.0f}s")
+            time.sleep(0.05)  # kazoo offers no connected-event; short poll on a local flag
+
+    def _wait_for_room(self, nodes: int) -> None:
+        """Block until the queue holds fewer than ``maxItems - nodes`` item nodes (Curator counts nodes)."""
+        limit = self.options.max_items
+        assert limit is not None
+        deadline = time.monotonic() + self.options.max_items_timeout
+        while True:
+            changed = threading.Event()
+            try:
+                children = self.client.get_children(self.options.path, watch=lambda _e: changed.set())
+            except NoNodeError:
+                self.client.ensure_path(self.options.path)
+                continue
+            count = sum(1 for name in children if naming.is_item_name(name))
+            if count + nodes <= limit or count == 0:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not changed.wait(remaining):
+                raise QueueFullError(
+                    f"queue {self.options.path} still holds {count} item node(s) (maxItems={limit}) after "
+                    f"{self.options.max_items_timeout:g}s"
+                )
+
+
+def write_pairs(
+    client: KazooClient,
+    options: SinkOptions,
+    pairs: Iterable[tuple[str, bytes]],
+    *,
+    scope: str | None,
+    partition: int,
+) -> SinkStats:
+    """Write ``pairs`` as one partition; ensure the dedupe scope exists first when deduplicating."""
+    writer = PartitionWriter(client, options, scope=scope, partition=partition)
+    return writer.write(pairs)
+
+
+def delete_scopes(client: KazooClient, dedupe_path: str, scopes: Sequence[str]) -> int:
+    """Delete dedupe marker scopes (and their markers); return how many existed."""
+    deleted = 0
+    for scope in scopes:
+        try:
+            client.delete(naming.join(dedupe_path, scope), recursive=True)
+            deleted += 1
+        except NoNodeError:
+            pass
+    return deleted
