@@ -128,18 +128,30 @@ def test_without_refresh_a_batch_is_not_abandoned(zk_client) -> None:
 
 def test_priority_requeue_keeps_priority(zk_client, zk_client_factory) -> None:
     """Curator's requeue re-creates a failed priority item as plain ``queue-<seq>``, which sorts before every
-    priority (it jumps the queue). Ours keeps its priority: an item of a more urgent priority that arrived
-    meanwhile still comes first."""
+    priority (it jumps the queue). Ours keeps its priority: the retried node is named with priority 5, and an
+    item of a more urgent priority that arrived meanwhile comes before the retry."""
     p = producer(zk_client_factory(), QPATH, "priority")
-    rec = Recorder().fail_on("x", 1)
-    rec.before["x"] = lambda: p.put("more-urgent", 3)  # arrives while "x" is failing
+    observer = zk_client_factory()
+    attempts: list = []
+    retried_names: list = []
+
+    def consume(item) -> None:
+        attempts.append(item)
+        if item == "x" and attempts.count("x") == 1:
+            p.put("more-urgent", 3)  # arrives while "x" is failing
+            raise RuntimeError("planned failure")
+        if item == "x":  # the retry: its node is still there (lock-safe: deleted after this returns)
+            retried_names.extend(observer.get_children(QPATH))
+
     p.put("x", 5)
     p.put("later", 9)
-    with consumer_queue(zk_client, rec, lock=True):
-        wait_for(lambda: len(rec) == 3, timeout=30)
+    with consumer_queue(zk_client, consume, lock=True):
+        wait_for(lambda: attempts.count("x") == 2 and "later" in attempts and "more-urgent" in attempts, timeout=30)
     p.close()
-    assert rec.attempts == ["x", "more-urgent", "x", "later"]
-    assert rec.items == ["more-urgent", "x", "later"]
+    assert attempts[0] == "x"
+    retry = len(attempts) - 1 - attempts[::-1].index("x")
+    assert attempts.index("more-urgent") < retry, attempts
+    assert [naming.parse_priority(n) for n in retried_names if naming.parse_priority(n) != 9] == [5], retried_names
 
 
 def test_requeue_item_path_keeps_priority(zk_client) -> None:
