@@ -288,20 +288,30 @@ class PartitionWriter:
 
     # -- sending
     def write(self, pairs: Iterable[tuple[str, bytes]]) -> SinkStats:
+        # One exists() each (usually): creating parents up front keeps the first pipelined multis from failing.
+        self.client.ensure_path(self.options.path)
+        if self.scope_path is not None:
+            self.client.ensure_path(self.scope_path)
         window: list[tuple[_Chunk, Any]] = []
         inflight = 1 if self.options.max_items is not None else self.options.inflight
         for chunk in self._chunks(self._nodes(pairs)):
             if self.options.max_items is not None:
                 self._wait_for_room(chunk.nodes)
             window.append((chunk, protocol.run_multi_async(self.client, chunk.ops)))
-            if len(window) >= inflight:
-                self._finish(*window.pop(0))
+            if len(window) >= inflight and self._finish(*window.pop(0)):
+                # The head had to be re-sent: settle the rest of the window before sending anything newer,
+                # so re-sent chunks keep their place in the partition's order.
+                while window:
+                    self._finish(*window.pop(0))
         while window:
             self._finish(*window.pop(0))
         return self.stats
 
-    def _finish(self, chunk: _Chunk, pending: Any) -> None:
+    def _finish(self, chunk: _Chunk, pending: Any) -> bool:
+        """Wait for one chunk's multi, re-sending it where that is needed and safe; True if it was re-sent."""
+        retried = False
         for attempt in range(_RETRIES + 1):
+            retried = attempt > 0
             try:
                 result = pending.get() if attempt == 0 else protocol.run_multi(self.client, chunk.ops)
             except _CONNECTION_ERRORS as exc:
@@ -320,13 +330,13 @@ class PartitionWriter:
                 self.stats.rows += chunk.rows
                 self.stats.nodes += chunk.nodes
                 self.stats.multis += 1
-                return
+                return retried
             failure, index = result.failure, result.failed_index
             if chunk.marker is not None and index == 0 and isinstance(failure, NodeExistsError):
                 self.stats.deduped += chunk.rows
                 log.info("rows %d..%d of partition %d were already written (marker %s); skipped",
                          chunk.first_row, chunk.first_row + chunk.rows - 1, self.partition, chunk.marker)
-                return
+                return retried
             if isinstance(failure, NoNodeError) and attempt < _RETRIES:
                 # A parent is missing: the marker scope (op 0 with dedupe) or the queue itself.
                 parent = self.scope_path if chunk.marker is not None and index == 0 else self.options.path
@@ -336,6 +346,7 @@ class PartitionWriter:
                 raise QueuePermissionError(
                     f"ZooKeeper refused a create under {self.options.path}: {failure!r}") from failure
             raise failure if failure is not None else RuntimeError("multi failed without an error")
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _wait_connected(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
