@@ -132,6 +132,7 @@ def test_no_duplicate_initial_shards(zk_client_factory) -> None:
         assert len(children) == 1
         czxid = clients[0].exists(QPATH).czxid
         assert children == [initial_shard_name(QPATH, czxid)]
+        assert str(uuid.UUID(children[0][len("queue-"):])) == children[0][len("queue-"):]  # Curator-readable
         assert all(s.get_queue_paths() == [f"{QPATH}/{children[0]}"] for s in sharders)
     finally:
         for s in sharders:

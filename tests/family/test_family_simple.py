@@ -88,7 +88,7 @@ def test_take_wait(zk_client, zk_client_factory, times) -> None:
     with ThreadPoolExecutor(1) as pool:
         for i in range(times):
             fut = pool.submit(q.take)
-            wait_for(lambda: zk_client.exists(QPATH) is not None)
+            wait_for(lambda: waiting_take(zk_client))
             assert not fut.done()
             other.offer(f"late-{i}".encode())
             assert fut.result(30) == f"late-{i}".encode()
@@ -128,6 +128,11 @@ def test_no_double_delivery_with_competing_takers(zk_client_factory) -> None:
     assert sorted(got, key=int) == [str(i).encode() for i in range(200)]
 
 
+def waiting_take(client) -> bool:
+    """True once ``client`` holds a child watch on the queue node (a take() is waiting on it)."""
+    return bool(client._child_watchers.get(client.chroot + QPATH))
+
+
 def test_curator_308_take_survives_reaped_parent(zk_client, zk_client_factory) -> None:
     """CURATOR-308 (testHangFromContainerLoss): the queue node vanishes (a container reaped) while take()
     waits; take() must still return the next offered item. Ten rounds."""
@@ -137,7 +142,7 @@ def test_curator_308_take_survives_reaped_parent(zk_client, zk_client_factory) -
     with ThreadPoolExecutor(1) as pool:
         for i in range(10):
             fut = pool.submit(q.take, 60)
-            wait_for(lambda: admin.exists(QPATH) is not None)
+            wait_for(lambda: waiting_take(zk_client) and not fut.done())
             admin.delete(QPATH, recursive=True)  # the reaper
             other.offer(f"r{i}".encode())
             assert fut.result(60) == f"r{i}".encode()
@@ -149,7 +154,7 @@ def test_take_survives_session_expiry(zk_client, zk_client_factory) -> None:
     other = make(zk_client_factory())
     with ThreadPoolExecutor(1) as pool:
         fut = pool.submit(q.take, 60)
-        wait_for(lambda: zk_client.exists(QPATH) is not None)
+        wait_for(lambda: waiting_take(zk_client))
         expire_session(zk_client)
         assert not fut.done()
         other.offer(b"after-expiry")
@@ -164,3 +169,27 @@ def test_bad_arguments(zk_client) -> None:
         q.poll(-1)
     with pytest.raises(ConfigurationError):
         SimpleDistributedQueue(zk_client, "/")
+
+
+@pytest.mark.faults
+def test_take_survives_server_restart(zk_private_server) -> None:
+    """A blocked take() keeps waiting through a connection loss (server restarted, session kept) and gets an
+    item offered after the reconnect."""
+    from zkqueue.testing import make_client
+
+    client = make_client(zk_private_server.connect_string, timeout=30.0)
+    other_client = make_client(zk_private_server.connect_string, timeout=30.0)
+    try:
+        q, other = SimpleDistributedQueue(client, QPATH), SimpleDistributedQueue(other_client, QPATH)
+        with ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(q.take, 90)
+            wait_for(lambda: client._child_watchers.get(QPATH))
+            zk_private_server.restart(0)
+            wait_for(lambda: client.connected and other_client.connected, timeout=60)
+            assert not fut.done()
+            other.offer(b"after-restart")
+            assert fut.result(90) == b"after-restart"
+    finally:
+        for c in (client, other_client):
+            c.stop()
+            c.close()
