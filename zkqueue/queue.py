@@ -621,6 +621,14 @@ class DistributedQueue(Generic[T]):
                 self._put_cond.wait(remaining)
             return True
 
+    def flush_acks(self, timeout: float | None = None) -> bool:
+        """Wait until every item the consumer has returned from is acked (lock-safe queues ack on their own
+        thread while the next batch is taken); False on timeout. Items still inside ``consume_message`` are
+        not waited for. Call it before stopping the client yourself if the acks must land."""
+        if self._acker is None:
+            return True
+        return self._acker.drain(timeout)
+
     def _serialize(self, item: T) -> bytes:
         try:
             data = self._serializer.serialize(item)

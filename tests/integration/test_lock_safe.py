@@ -292,3 +292,27 @@ def test_ack_reply_lost_is_not_a_lost_lock(zk_client, monkeypatch) -> None:
         wait_for(lambda: lost)
         assert q.stats().lock_lost == 0 and q.stats().loop_errors == 0
     assert got == ["x"]
+
+
+def test_flush_acks_waits_for_acks_of_returned_items(zk_client) -> None:
+    """After consume_message returned, flush_acks() guarantees the ack landed (the CLI stops its client
+    right after, to leave a held item queued)."""
+    hold = threading.Event()
+    got: list = []
+
+    def consume(item) -> None:
+        got.append(item)
+        if item == "held":
+            hold.wait(20)
+
+    fill(zk_client, ["done", "held"])
+    q = locked_queue(zk_client, consume, batch_size=1)
+    q.start()
+    try:
+        wait_for(lambda: got == ["done", "held"])
+        assert q.flush_acks(10)
+        assert len(zk_client.get_children(QPATH)) == 1  # only "held" is left
+    finally:
+        hold.set()
+        q.close()
+    assert zk_client.get_children(QPATH) == []
