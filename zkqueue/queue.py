@@ -325,6 +325,8 @@ class DistributedQueue(Generic[T]):
         self._avg_node_bytes: float | None = None
         self._max_batch_bytes = max_batch_bytes
         self._lock_data = f"{socket.gethostname()}:{os.getpid()}".encode()
+        self._token_prefix = uuid.uuid4().hex[:16] + "-"
+        self._token_count = 0
         # background puts
         self._put_cond = threading.Condition()
         self._put_queue: deque[_PutRequest] = deque()
@@ -1037,6 +1039,12 @@ class DistributedQueue(Generic[T]):
         return handled
 
     # -- lock-safe mode
+    def _next_token(self) -> str:
+        """A fence token unique to this acquisition: random per queue instance, counted within it."""
+        with self._stats_lock:
+            self._token_count += 1
+            return f"{self._token_prefix}{self._token_count:x}"
+
     def _lock_name(self, name: str) -> str:
         return name if self._lock_names == "curator" else name + self._lock_suffix
 
@@ -1050,7 +1058,7 @@ class DistributedQueue(Generic[T]):
         for attempt in range(3):
             if not candidates:
                 break
-            token = uuid.uuid4().hex
+            token = self._next_token()
             helds = []
             for name in candidates:
                 path = naming.join(self._queue_path, name)
