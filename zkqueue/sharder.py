@@ -34,7 +34,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from . import naming
-from .errors import ConfigurationError, QueueClosedError, QueueNotStartedError
+from .errors import ConfigurationError, QueueNotStartedError, QueueStateError
 
 log = logging.getLogger("zkqueue.sharder")
 
@@ -144,7 +144,7 @@ class LeaderLatch:
 
     def start(self) -> None:
         if self._thread is not None:
-            raise QueueClosedError("LeaderLatch can be started once")
+            raise QueueStateError("LeaderLatch can be started once")
         self._client.ensure_path(self._path)
         self._client.add_listener(self._on_state)
         self._thread = threading.Thread(target=self._loop, name=f"zkqueue-latch-{self._path}", daemon=True)
@@ -276,7 +276,7 @@ class QueueSharder(Generic[T]):
     def start(self) -> None:
         with self._lock:
             if self._state != "LATENT":
-                raise QueueClosedError(f"sharder of {self._queue_path} can be started once")
+                raise QueueStateError(f"sharder of {self._queue_path} can be started once")
             self._state = "STARTED"
         self._client.ensure_path(self._queue_path)
         self._discover()

@@ -116,7 +116,7 @@ def test_requeuing_with_lock(zk_client) -> None:
     assert len(zk_client.get_children(QPATH)) <= 1
 
 
-def test_id_requeue_keeps_id(zk_client) -> None:
+def test_curator_224_id_requeue_keeps_id(zk_client) -> None:
     """CURATOR-224: a requeued item keeps its id, so remove(id)/is_queued(id) still find it."""
     retried, release = threading.Event(), threading.Event()
     attempts: list = []

@@ -225,3 +225,14 @@ def test_put_spread_uses_preferred_shards(zk_client) -> None:
         assert s.get_shard_qty() == 2
         targets = Counter(s.get_queue().queue_path for _ in range(50))
         assert first.queue_path not in targets
+
+
+def test_started_once(zk_client) -> None:
+    from zkqueue.errors import QueueStateError
+
+    s = QueueSharder(zk_client, producer_allocator, QPATH, LEADER, policies(10, check=3600))
+    with s:
+        with pytest.raises(QueueStateError):
+            s.start()
+    with pytest.raises(QueueStateError):
+        s.start()  # closed: build a new one
