@@ -3,7 +3,8 @@
 Items are raw bytes in PERSISTENT_SEQUENTIAL ``<path>/qn-<seq>`` nodes, no framing: data-compatible with
 Curator's ``SimpleDistributedQueue`` and ZooKeeper's ``recipes.queue.DistributedQueue``. Taking an item is
 get-then-delete; a taker whose delete finds the node gone moves to the next node, so no item is handed out
-twice. Children not named ``qn-*`` are ignored.
+twice (at most once, as Curator: if the connection drops between the read and the delete, and the delete
+committed, the item is gone without being returned). Children not named ``qn-*`` are ignored.
 
 Blocking ``take``/``poll(timeout)`` wait on a child watch, and also wake on every connection state change (kazoo
 drops watches when the connection is lost), so they survive reconnects and session expiry. If the parent node
