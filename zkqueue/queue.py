@@ -12,6 +12,15 @@ that child. If the session expired, the server already removed the child, so the
 the item (now possibly held by another consumer) is untouched. While the fence exists the item cannot be
 deleted by anybody (ZooKeeper refuses to delete a node with children), and a new acquisition always creates a
 fresh token, so an old owner can never delete a new owner's fence: the check is airtight.
+
+Threads of one started queue (all daemons, all joined by ``close()``; a user executor is never shut down):
+``zkqueue-loop-<path>`` (run loop: list, sort, take, deliver), ``zkqueue-put-<path>`` (background puts, batched
+into pipelined multis), ``zkqueue-ack-<path>`` (lock-safe acks, so the loop takes the next batch meanwhile),
+``zkqueue-events-<path>`` (connection states to the consumer) and ``zkqueue-cache-<path>`` (cache upkeep off
+kazoo's threads).
+
+Delivery: without a lock path items are deleted before delivery (at-most-once, as Curator); with one they are
+deleted after the consumer returned (at-least-once: a crash before the ack means redelivery).
 """
 
 from __future__ import annotations
