@@ -1,0 +1,139 @@
+"""Spark probe: sink rows/s (df.write.format("zkqueue")) and executor-consumer items/s (zkqueue.spark.consume).
+
+    .venv/bin/python benchmarks/spark_probe.py [--rows 100000] [--items 20000] [--hosts HOST:PORT] [--master local[2]]
+
+Without --hosts it starts a private 1-node ZooKeeper (zkqueue.embedded). The harness can call
+:func:`measure` with an existing SparkSession instead; it returns a dict of numbers. One warm-up write runs
+first (the first Python data source write pays for starting workers). Not a test; timings depend on the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+
+class _Count:
+    """A picklable handler that does nothing (so the probe measures the queue, not the work)."""
+
+    def __call__(self, item: bytes) -> None:
+        return None
+
+
+def _drop(hosts: str, *paths: str) -> None:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=30)
+    try:
+        for path in paths:
+            with contextlib.suppress(Exception):
+                client.delete(path, recursive=True)
+    finally:
+        client.stop()
+        client.close()
+
+
+def measure(
+    spark: Any,
+    hosts: str,
+    *,
+    rows: int = 100_000,
+    items: int = 20_000,
+    partitions: int = 2,
+    parallelism: int = 2,
+    payload: int = 100,
+    items_per_node: int = 1,
+    dedupe: bool = False,
+    root: str | None = None,
+) -> dict[str, float]:
+    """Time a sink write of ``rows`` rows and an executor drain of ``items`` items; return rates (per second)."""
+    import zkqueue.spark as zks
+
+    zks.register(spark)
+    root = root or f"/spark-probe-{uuid.uuid4().hex[:8]}"
+    pad = "x" * max(0, payload - 12)
+
+    def frame(n: int) -> Any:
+        return spark.range(0, n, 1, partitions).selectExpr(f"concat(lpad(cast(id AS STRING), 12, '0'), '{pad}') AS v")
+
+    def write(path: str, n: int) -> float:
+        df = frame(n)
+        df.count()  # materialize the plan's inputs outside the timing
+        started = time.perf_counter()
+        (df.write.format("zkqueue").mode("append").option("zkHosts", hosts).option("valueColumn", "v")
+         .option("itemsPerNode", str(items_per_node)).option("dedupe", str(dedupe).lower()).save(path))
+        return time.perf_counter() - started
+
+    write(f"{root}/warmup", 1000)
+    sink_seconds = write(f"{root}/sink", rows)
+    write(f"{root}/work", items)
+    started = time.perf_counter()
+    result = zks.consume(spark, hosts, f"{root}/work", _Count(), parallelism=parallelism, lock_path=f"{root}/locks",
+                         session_timeout=10.0)
+    consume_seconds = time.perf_counter() - started
+    _drop(hosts, root)
+    return {
+        "sink_rows": rows,
+        "sink_seconds": round(sink_seconds, 3),
+        "sink_rows_per_s": round(rows / sink_seconds, 1),
+        "consume_items": result.processed,
+        "consume_seconds": round(consume_seconds, 3),
+        "consume_items_per_s": round(result.processed / consume_seconds, 1),
+        "partitions": partitions,
+        "parallelism": parallelism,
+        "items_per_node": items_per_node,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--items", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--items-per-node", type=int, default=1)
+    parser.add_argument("--dedupe", action="store_true")
+    parser.add_argument("--hosts", default=None)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    server = None
+    hosts = args.hosts
+    if hosts is None:
+        from zkqueue.embedded import ZooKeeperEnsemble
+
+        server = ZooKeeperEnsemble(size=1).start_all()
+        hosts = server.connect_string
+    spark = (
+        SparkSession.builder.master(args.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        numbers = measure(spark, hosts, rows=args.rows, items=args.items, partitions=args.partitions,
+                          parallelism=args.parallelism, items_per_node=args.items_per_node, dedupe=args.dedupe)
+    finally:
+        spark.stop()
+        if server is not None:
+            server.close()
+    print(json.dumps(numbers, indent=2))
+
+
+if __name__ == "__main__":
+    main()
