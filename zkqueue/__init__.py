@@ -28,7 +28,7 @@ _EXPORTS = {
     "DistributedDelayQueue": "zkqueue.delay",
     "DistributedIdQueue": "zkqueue.ids",
     "SimpleDistributedQueue": "zkqueue.simple",
-    "NoSuchElementError": "zkqueue.simple",
+    "NoSuchElementError": "zkqueue.errors",
     "BlockingQueueConsumer": "zkqueue.blocking",
     "QueueSharder": "zkqueue.sharder",
     "QueueSharderPolicies": "zkqueue.sharder",
@@ -50,7 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.ids import DistributedIdQueue
     from zkqueue.priority import DistributedPriorityQueue
     from zkqueue.sharder import LeaderLatch, QueueAllocator, QueueSharder, QueueSharderPolicies
-    from zkqueue.simple import NoSuchElementError, SimpleDistributedQueue
+    from zkqueue.errors import NoSuchElementError
+    from zkqueue.simple import SimpleDistributedQueue
 
 
 def __getattr__(name: str) -> Any:

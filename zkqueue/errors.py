@@ -80,3 +80,7 @@ class CuratorPeerError(ZkQueueError):
         super().__init__(detail)
         self.returncode = returncode
         self.stderr = stderr
+
+
+class NoSuchElementError(ZkQueueError, LookupError):
+    """``element()``/``remove()`` on an empty SimpleDistributedQueue (Curator: NoSuchElementException)."""

@@ -23,20 +23,13 @@ from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, Opera
 from kazoo.protocol.states import KazooState
 
 from . import naming
-from .errors import ConfigurationError, ZkQueueError
+from .errors import ConfigurationError, NoSuchElementError
 
 log = logging.getLogger("zkqueue.simple")
 
 _CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 #: Longest single wait while disconnected before looking at the connection again.
 _DISCONNECTED_RECHECK = 1.0
-
-
-class NoSuchElementError(ZkQueueError, LookupError):
-    """``element()``/``remove()`` on an empty queue (Curator: NoSuchElementException).
-
-    TODO(lead): move to zkqueue/errors.py.
-    """
 
 
 class SimpleDistributedQueue:
