@@ -936,13 +936,14 @@ class DistributedQueue(Generic[T]):
         retry_locked = False
         processed = 0
         remaining = due
+        pos = 0  # remaining[pos:] is still to do (an index, not slicing: no O(n^2) on big snapshots)
         spread = not self._refresh_on_watch and len(due) > step
         if spread and self._contended_recently:
             # Other consumers are active: start at a random point instead of racing them for the head.
             cut = random.randrange(len(remaining))
             remaining = remaining[cut:] + remaining[:cut]
         contended = False
-        while remaining:
+        while pos < len(remaining):
             if not self._running:
                 break
             if (
@@ -953,7 +954,8 @@ class DistributedQueue(Generic[T]):
             ):
                 return time.monotonic()  # abandon: re-read the newest listing
             n = self._bytes_capped(step)
-            batch, remaining = remaining[:n], remaining[n:]
+            batch = remaining[pos : pos + n]
+            pos += len(batch)
             contention_before = self._contention()
             handled, locked = self._process_batch(batch)
             done.update(handled)
@@ -964,12 +966,13 @@ class DistributedQueue(Generic[T]):
                 # a random starting point keeps us off the items they are taking right now. A lone consumer
                 # never gets here, so it stays strictly FIFO.
                 contended = self._contended_recently = True
-                if remaining and spread:
+                if pos < len(remaining) and spread:
                     if self._cache is not None and self._cache.changed_since(snap.version):
                         return time.monotonic()
-                    cut = random.randrange(len(remaining))
-                    remaining = remaining[cut:] + remaining[:cut]
-        if not contended and not remaining:
+                    rest = remaining[pos:]
+                    cut = random.randrange(len(rest))
+                    remaining, pos = rest[cut:] + rest[:cut], 0
+        if not contended and pos >= len(remaining):
             self._contended_recently = False
         if retry_locked:
             at = time.monotonic() + _LOCKED_RETRY_SECONDS
