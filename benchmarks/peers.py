@@ -165,6 +165,9 @@ class _PyConsumer:
                     return json.loads(line[len("RESULT "):])
         raise RuntimeError("consumer process gave no result: " + "\n".join(self._err[-10:]))
 
+    def stderr_tail(self) -> str:
+        return "\n".join(self._err[-20:])
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -206,6 +209,9 @@ def drive_consumers(handles: list[Any], client: KazooClient, items_parent: str, 
         "rss_mb_max": round(max(int(r.get("rss_kb", -1)) for r in results) / 1024, 1),
         "left_in_queue": left,
     }
+    silent = [h.stderr_tail()[-400:] for h, r in zip(handles, results, strict=True) if not int(r["consumed"])]
+    if silent and not consumed:
+        extra["stderr_tail"] = silent[0]  # why nothing arrived (e.g. Curator's getChildren over 1 MiB)
     stats = [r["stats"] for r in results if r.get("stats")]
     if stats:
         extra["stats"] = stats

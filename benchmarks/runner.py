@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from benchmarks import machine, report
 from benchmarks.peers import IMPLS, Impl, Unsupported
+from benchmarks.prefill import prefill, wipe
 from benchmarks.workloads import Settings, Workload, run_spark, workloads
 
 log = logging.getLogger("zkqueue.benchmarks.runner")
@@ -57,6 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", help="comma-separated workload names (see --list)")
     p.add_argument("--impls", default="zkqueue,curator,kazoo", help="comma-separated implementations")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark rows")
+    p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round (default in --quick)")
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.add_argument("-v", "--verbose", action="count", default=0)
@@ -108,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     s, repeats = settings_from(args)
+    if args.quick:
+        args.no_warmup = True
     plan: list[Workload] = workloads(s)
     if args.list:
         for w in plan:
@@ -145,14 +149,24 @@ def main(argv: list[str] | None = None) -> int:
         client.start(timeout=60)
         root = f"/zkq-bench-{uuid.uuid4().hex[:8]}"
         client.ensure_path(root)
-        steps = [(r, w, n) for r in range(repeats) for w in plan if not w.deep_only
-                 for n in _rotate([n for n in impl_names if n in w.impls], r)]
-        steps += [(0, w, n) for w in plan if w.deep_only for n in impl_names if n in w.impls]
+        # Interleaved: every repeat runs every workload on every implementation (order rotating per repeat).
+        # Latency comes after the throughput repeats (its offered rate is 50% of zkqueue's median max rate), and
+        # the long deep drains last.
+        def rounds(ws: list[Workload], n_rounds: int) -> list[tuple[int, Workload, str]]:
+            return [(r, w, n) for r in range(n_rounds) for w in ws
+                    for n in _rotate([n for n in impl_names if n in w.impls], r)]
+
+        steps = rounds([w for w in plan if w.kind not in ("latency", "deep")], repeats)
+        steps += rounds([w for w in plan if w.kind == "latency"], repeats)
+        steps += rounds([w for w in plan if w.kind == "deep"], 1)
         spark_on = not args.no_spark
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console, transient=False) as progress:
                 task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0))
+                if not args.no_warmup:
+                    progress.update(task, description="warming up the servers and the JVM")
+                    _warm_up(client, root, impls, s)
                 for r, w, name in steps:
                     progress.update(task, description=f"[{r + 1}/{repeats}] {w.name:15} {name:8}")
                     entry = results[w.name]["impls"].setdefault(name, {"runs": []})
@@ -176,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                     spark_rows = _spark_rows(spark)
                     progress.advance(task)
         finally:
-            with contextlib.suppress(Exception):
-                client.delete(root, recursive=True)
+            if args.connect:  # an embedded ensemble is thrown away whole
+                with contextlib.suppress(Exception):
+                    wipe(client, root)
             client.stop()
             client.close()
     base = (results.get("consume_plain", {}).get("impls", {}).get("zkqueue", {}) or {}).get("runs")
@@ -212,6 +227,20 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"JSON: {path}   chart: {png or 'not written (matplotlib missing)'}   "
                   f"took {out['duration_s']:.0f} s")
     return 0
+
+
+def _warm_up(client: KazooClient, root: str, impls: dict[str, Impl], s: Settings) -> None:
+    """Untimed: write, read and delete a few thousand nodes through each implementation, so the first measured
+    run does not pay for cold ZooKeeper JVMs (their JIT) and cold caches. Failures here are only logged."""
+    path = f"{root}/warmup"
+    for name, impl in impls.items():
+        try:
+            impl.put(f"{path}/{name}-bg", min(s.count, 3000), 1, name != "kazoo", 0, 30.0)
+            prefill(client, f"{path}/{name}-q", min(s.count, 3000), impl.payload, style=impl.style)
+            impl.consume(f"{path}/{name}-q", min(s.count, 3000), 1, None, 30.0, client)
+        except Exception as exc:  # noqa: BLE001 - a warm-up never stops the run
+            log.warning("warm-up of %s failed: %r", name, exc)
+    wipe(client, path)
 
 
 def _rotate(names: list[str], r: int) -> list[str]:

@@ -880,6 +880,9 @@ class BenchConsumer:
             raise CuratorPeerError("the Curator bench consumer failed", returncode=code, stderr=self._p.stderr_tail())
         return _parse_result(self._p.lines(), "bench-consume", self._p.stderr_tail())
 
+    def stderr_tail(self) -> str:
+        return self._p.stderr_tail()
+
     def kill(self) -> None:
         self._p.kill()
 
