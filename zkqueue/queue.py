@@ -886,7 +886,7 @@ class DistributedQueue(Generic[T]):
                 czxid = snap.czxid
                 wake_at = self._process_snapshot(snap, done)
                 errors_in_a_row = 0
-            except Exception:
+            except BaseException:  # never die: log, count, back off, continue
                 errors_in_a_row += 1
                 self._count("loop_errors")
                 log.exception("error in queue loop of %s (the loop continues)", self._queue_path)
@@ -1362,7 +1362,7 @@ class DistributedQueue(Generic[T]):
 
     # -- delivery
     def _consume_node(self, o: _Outcome) -> _Outcome:
-        """Deserialize and consume every item of one node. Lock-safe + REQUEUE stops at the first error."""
+        """Consume every item of one node. Lock-safe + REQUEUE stops at the first error."""
         consumer = self._consumer
         assert consumer is not None
         stop_on_error = o.held is not None and self._error_mode is ErrorMode.REQUEUE
@@ -1370,7 +1370,7 @@ class DistributedQueue(Generic[T]):
             try:
                 consumer.consume_message(item)
                 self._count("consumed")
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit from a consumer must not end the loop thread either
                 self._count("consumer_errors")
                 log.exception("Exception processing queue item %s/%s [%d]", self._queue_path, o.name, index)
                 if o.error is None:

@@ -197,3 +197,20 @@ def test_no_auth_maps_to_queue_permission_error(zk_client) -> None:
         assert q.flush_puts(10)
     assert [item for item, _ in failures] == ["denied too"]
     assert isinstance(failures[0][1], QueuePermissionError)
+
+
+def test_loop_survives_consumer_calling_sys_exit(zk_client) -> None:
+    import sys
+
+    got: list = []
+
+    def consume(item) -> None:
+        if item == "exit":
+            sys.exit(3)
+        got.append(item)
+
+    with QueueBuilder.builder(zk_client, consume, StrSerializer(), QPATH).build_queue() as q:
+        q.put("exit")
+        q.put("after")
+        wait_for(lambda: got == ["after"])
+        assert q.stats().consumer_errors == 1
