@@ -66,8 +66,8 @@ class ListenerContainer(Generic[L]):
         for listener in self:
             try:
                 fn(listener)
-            except Exception:
-                log.exception("put listener %r raised", listener)
+            except BaseException:
+                log.exception("listener %r raised", listener)
 
     def notify(self, method: str, *args: Any) -> None:
         """Call ``listener.<method>(*args)`` on every listener that has it (duck-typed listeners may
@@ -78,7 +78,7 @@ class ListenerContainer(Generic[L]):
                 continue
             try:
                 fn(*args)
-            except Exception:
+            except BaseException:  # a listener must never take our thread down (not even with SystemExit)
                 log.exception("listener %r.%s raised", listener, method)
 
 
@@ -123,5 +123,5 @@ class Dispatcher:
             fn, args = task
             try:
                 fn(*args)
-            except Exception:
+            except BaseException:
                 log.exception("task %r on %s raised", fn, self._name)
