@@ -748,11 +748,12 @@ class DistributedQueue(Generic[T]):
             with self._put_cond:
                 while not self._put_queue and not inflight and not self._closing.is_set():
                     self._put_cond.wait()
-                if not self._put_queue and not inflight:
+                closing = self._closing.is_set()  # close() flushed for final_flush_time: send nothing new
+                if not inflight and (closing or not self._put_queue):
                     return
                 # Another multi goes out while some are in flight only if it is full; otherwise waiting for
                 # the oldest reply lets the next batch grow (fewer, bigger requests).
-                if self._put_queue and (
+                if not closing and self._put_queue and (
                     not inflight
                     or (len(inflight) < _PUTS_PIPELINED and len(self._put_queue) >= _MAX_OPS_PER_MULTI)
                 ):

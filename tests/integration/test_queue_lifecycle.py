@@ -132,3 +132,36 @@ def test_put_multi_listener_and_failure_carry_the_items(zk_client) -> None:
         assert q.flush_puts(10)
     assert multi == [["a", "b"]]
     assert failed == [["c", "d"]]
+
+
+def test_close_reports_unsent_background_puts_as_failed(zk_client) -> None:
+    """final_flush_time(0): close() does not wait; puts not yet sent reach put_failed, none is lost silently."""
+    release = threading.Event()
+    completed: list = []
+    failed: list = []
+
+    class Listener(QueuePutListener):
+        def put_completed(self, item) -> None:
+            release.wait(10)  # holds the put thread on the first put
+            completed.append(item)
+
+        def put_failed(self, item, exc) -> None:
+            failed.append(item)
+
+    q = QueueBuilder.builder(zk_client, None, StrSerializer(), QPATH).final_flush_time(0).build_queue()
+    q.put_listeners.add(Listener())
+    q.start()
+    q.put("first")
+    wait_for(lambda: zk_client.get_children(QPATH) != [])  # "first" is stored; its listener blocks
+    for i in range(5):
+        q.put(f"later-{i}")
+    closer = threading.Thread(target=q.close)
+    closer.start()
+    wait_for(lambda: q.is_closed)
+    release.set()
+    closer.join(30)
+    assert not closer.is_alive()
+    assert len(completed) + len(failed) == 6
+    assert completed[0] == "first"
+    stored = len(zk_client.get_children(QPATH))
+    assert stored == len(completed)  # what was reported completed is exactly what is stored
