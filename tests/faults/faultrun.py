@@ -1,0 +1,332 @@
+"""Drive one fault run: 4 producer and 4 consumer processes on a queue, faults, a probe, then the accounting.
+
+Consumer ``c0`` always reaches the ensemble through one :class:`zkqueue.testing_proxy.TcpProxy` per node, so
+it can be cut off; the others connect directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+from zkqueue.builder import QueueBuilder
+from zkqueue.embedded import ZooKeeperEnsemble
+from zkqueue.serializers import StrSerializer
+from zkqueue.testing import make_client, unique_chroot, wait_for
+from zkqueue.testing_proxy import TcpProxy
+
+from faultcheck import Accounting, account, read_journal  # type: ignore[import-not-found]
+
+WORKER = Path(__file__).with_name("faultworker.py")
+QUEUE = "/jobs"
+LOCKS = "/jobs-locks"
+#: Session timeouts (seconds): consumers, the cut-off consumer c0, producers.
+CONSUMER_SESSION = 6.0
+CUT_SESSION = 4.0
+PRODUCER_SESSION = 10.0
+#: Generous: the box is small and busy; these bound a failure, never a success.
+DEADLINE = 120.0
+
+
+class FaultRun:
+    def __init__(
+        self,
+        ensemble: ZooKeeperEnsemble,
+        scenario: str,
+        workdir: Path,
+        *,
+        mode: str = "lock",
+        producers: int = 4,
+        consumers: int = 4,
+        per_producer: int = 100,
+        producer_pause: float = 0.0,
+        item_seconds: float = 0.002,
+    ) -> None:
+        self.ensemble = ensemble
+        self.scenario = scenario
+        self.mode = mode
+        self.workdir = workdir
+        self.chroot = unique_chroot("/faults-")
+        self.hosts = ensemble.connect_string + self.chroot
+        self.item_seconds = item_seconds
+        self.faults: list[str] = []
+        self.killed: list[str] = []
+        self.recoveries: list[float] = []
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.proxies = [TcpProxy(ensemble.node_connect_string(i)) for i in range(ensemble.size)]
+        self.admin: KazooClient = make_client(ensemble.connect_string, timeout=PRODUCER_SESSION,
+                                              connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 1.0})
+        self.admin.ensure_path(self.chroot + QUEUE)
+        self._probes: list[str] = []
+        self._n_consumers = 0
+        self._started = time.time()
+        for i in range(consumers):
+            self.start_consumer()
+        wait_for(lambda: all(self._has(n, "ready") for n in self.consumer_names()), timeout=DEADLINE,
+                 interval=0.1, message="consumers did not start")
+        for i in range(producers):
+            self._spawn("producer", f"p{i}", {"hosts": self.hosts, "queue": QUEUE, "count": per_producer,
+                                              "pause": producer_pause, "session_timeout": PRODUCER_SESSION,
+                                              "name": f"{scenario}-p{i}"})
+
+    # ---------------------------------------------------------------- processes
+    def _journal(self, name: str) -> Path:
+        return self.workdir / f"{name}.jsonl"
+
+    def _spawn(self, role: str, name: str, cfg: dict) -> None:
+        cfg["journal"] = str(self._journal(name))
+        self._journal(name).touch()
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        try:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, str(WORKER), role, json.dumps(cfg)], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            log.close()
+
+    def start_consumer(self) -> str:
+        name = f"c{self._n_consumers}"
+        self._n_consumers += 1
+        cut = name == "c0"
+        hosts = ",".join(p.connect_string for p in self.proxies) + self.chroot if cut else self.hosts
+        cfg = {"hosts": hosts, "queue": QUEUE, "item_seconds": self.item_seconds, "batch": 10,
+               "session_timeout": CUT_SESSION if cut else CONSUMER_SESSION}
+        if self.mode == "lock":
+            cfg["lock"] = LOCKS
+        self._spawn("consumer", name, cfg)
+        return name
+
+    def consumer_names(self) -> list[str]:
+        return [n for n in self.procs if n.startswith("c")]
+
+    def producer_names(self) -> list[str]:
+        return [n for n in self.procs if n.startswith("p")]
+
+    def live_consumers(self) -> list[str]:
+        return [n for n in self.consumer_names() if self.procs[n].poll() is None]
+
+    def _events(self, name: str) -> list[dict]:
+        return read_journal(self._journal(name)).events
+
+    def _has(self, name: str, kind: str) -> bool:
+        return any(e["ev"] == kind for e in self._events(name))
+
+    def count(self, kind: str, names: list[str] | None = None) -> int:
+        names = names if names is not None else list(self.procs)
+        return sum(1 for n in names for e in self._events(n) if e["ev"] == kind)
+
+    def delivered_ids(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for n in self.consumer_names():
+            for e in self._events(n):
+                if e["ev"] == "deliver":
+                    out.setdefault(e["id"], e["t"])
+        return out
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if name not in self.killed and proc.poll() not in (None, 0):
+                tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise AssertionError(f"{name} exited with {proc.returncode}:\n{tail}")
+
+    # ---------------------------------------------------------------- phases
+    def wait_acked(self, n: int) -> None:
+        def enough() -> bool:
+            self.check_alive()
+            return self.count("ack", self.producer_names()) >= n
+
+        wait_for(enough, timeout=DEADLINE, interval=0.1, message=f"producers did not reach {n} acked puts")
+
+    def wait_delivering(self, name: str) -> None:
+        before = self.count("deliver", [name])
+        wait_for(lambda: self.count("deliver", [name]) > before, timeout=DEADLINE, interval=0.01,
+                 message=f"{name} delivered nothing")
+
+    def kill_consumer(self, name: str) -> None:
+        """SIGKILL: no ack, no lock release; its session just stops answering."""
+        self.procs[name].send_signal(signal.SIGKILL)
+        self.procs[name].wait(30)
+        self.killed.append(name)
+
+    def fault(self, label: str, action: Callable[[], None]) -> None:
+        """Run a fault (inject ... heal), then measure recovery: a probe put after the heal, until delivered."""
+        self.faults.append(label)
+        action()
+        healed = time.time()
+        probe = f"{self.scenario}-probe-{len(self._probes)}"
+        self._probes.append(probe)
+        with QueueBuilder.builder(self.admin, None, StrSerializer(), self.chroot + QUEUE).put_in_background(
+            False
+        ).build_queue() as q:
+            deadline = time.monotonic() + DEADLINE
+            while True:
+                try:
+                    q.put(probe)
+                    break
+                except Exception:  # noqa: BLE001 - the ensemble may still be settling: retry until the deadline
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        got = wait_for(lambda: self.delivered_ids().get(probe), timeout=DEADLINE, interval=0.05,
+                       message=f"the queue did not recover after {label}: probe never delivered")
+        self.recoveries.append(got - healed)
+
+    def finish(self, extra_uncertain: int = 0) -> Accounting:
+        """Producers finish; consumers drain the queue; everything stops; the journals are accounted."""
+        end_of_faults = time.time()
+
+        def producers_done() -> bool:
+            self.check_alive()
+            return all(self.procs[n].poll() is not None for n in self.producer_names())
+
+        wait_for(producers_done, timeout=DEADLINE, interval=0.2, message="producers did not finish")
+        acked = {e["id"] for n in self.producer_names() for e in self._events(n) if e["ev"] == "ack"}
+        acked.update(self._probes)
+
+        def drained() -> bool:
+            self.check_alive()
+            missing = acked - self.delivered_ids().keys()
+            return not missing and self.admin.get_children(self.chroot + QUEUE) == []
+
+        try:
+            wait_for(drained, timeout=DEADLINE, interval=0.2)
+            drain_s: float | None = time.time() - end_of_faults
+        except AssertionError:
+            drain_s = None  # the accounting below says what is missing
+        left = self.admin.get_children(self.chroot + QUEUE)
+        for name in self.live_consumers():
+            self.procs[name].send_signal(signal.SIGTERM)
+        for name in self.consumer_names():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.procs[name].wait(60)
+        self.check_alive()
+        acc = account(
+            self.scenario,
+            self.mode,
+            [read_journal(self._journal(n)) for n in self.producer_names()],
+            [read_journal(self._journal(n)) for n in self.consumer_names()],
+            killed=self.killed,
+            extra_acked=self._probes,
+        )
+        acc.faults = list(self.faults)
+        acc.recovery_s = round(max(self.recoveries), 3) if self.recoveries else None
+        acc.drain_s = None if drain_s is None else round(drain_s, 2)
+        if drain_s is None:
+            acc.assert_ok()
+            raise AssertionError(f"{self.scenario}: the queue did not drain; nodes left: {left[:10]}")
+        return acc
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(10)
+        for p in self.proxies:
+            p.close()
+        with contextlib.suppress(Exception):
+            self.admin.stop()
+            self.admin.close()
+
+    def __enter__(self) -> "FaultRun":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -------------------------------------------------------------------------------------------- the faults
+def leader_kill(run: FaultRun) -> None:
+    zk = run.ensemble
+    i = zk.leader()
+    zk.kill(i)
+    wait_for(lambda: _serving(zk, exclude=i), timeout=DEADLINE, interval=0.2, message="no new leader")
+    zk.start(i, timeout=DEADLINE)
+    zk.wait_ready(DEADLINE)
+
+
+def follower_kill(run: FaultRun) -> None:
+    zk = run.ensemble
+    i = zk.followers()[0]
+    zk.kill(i)
+    zk.start(i, timeout=DEADLINE)
+    zk.wait_ready(DEADLINE)
+
+
+def rolling_restart(run: FaultRun) -> None:
+    zk = run.ensemble
+    for i in range(zk.size):
+        zk.restart(i)
+        zk.wait_ready(DEADLINE)
+
+
+def pause_past_session(run: FaultRun) -> None:
+    """SIGSTOP the leader for longer than the consumers' session timeout, then SIGCONT it."""
+    zk = run.ensemble
+    i = zk.leader()
+    zk.pause(i)
+    time.sleep(CONSUMER_SESSION + 2)  # the outage itself is the fault: it must outlast the session timeout
+    zk.resume(i)
+    zk.wait_ready(DEADLINE)
+
+
+def quorum_loss(run: FaultRun) -> None:
+    """Two of three nodes die: nobody can write. Then they come back."""
+    zk = run.ensemble
+    leader = zk.leader()
+    others = [i for i in range(zk.size) if i != leader]
+    zk.kill(others[0])
+    zk.kill(leader)
+    time.sleep(CONSUMER_SESSION / 2)  # the outage itself is the fault
+    zk.start(leader, wait=False)
+    zk.start(others[0], wait=False)
+    zk.wait_ready(DEADLINE)
+
+
+def proxy_cut(run: FaultRun) -> None:
+    """Cut c0 off (its proxies stall) past its session timeout; the server expires its session."""
+    lost_before = run.count("lost", ["c0"])
+    for p in run.proxies:
+        p.stall()
+    time.sleep(2 * CUT_SESSION + 1)  # the cut itself is the fault: it must outlast the session timeout
+    for p in run.proxies:
+        p.drop()  # the stalled sockets are dead: the client reconnects through fresh ones
+        p.heal()
+    wait_for(lambda: run.count("lost", ["c0"]) > lost_before, timeout=DEADLINE, interval=0.1,
+             message="c0's session did not expire during the cut")
+
+
+def consumer_kill(run: FaultRun, replace: bool = False) -> None:
+    """SIGKILL a live consumer (not c0) while it is inside consume_message."""
+    victims = [n for n in run.live_consumers() if n != "c0"]
+    name = random.choice(victims)
+    run.wait_delivering(name)
+    run.kill_consumer(name)
+    if replace:
+        run.start_consumer()
+
+
+def _serving(zk: ZooKeeperEnsemble, exclude: int) -> bool:
+    modes = [zk.mode(j) for j in range(zk.size) if j != exclude]
+    return "leader" in modes
+
+
+FAULTS: dict[str, Callable[[FaultRun], None]] = {
+    "leader_kill": leader_kill,
+    "follower_kill": follower_kill,
+    "rolling_restart": rolling_restart,
+    "pause_past_session": pause_past_session,
+    "consumer_kill": consumer_kill,
+    "proxy_cut": proxy_cut,
+    "quorum_loss": quorum_loss,
+}

@@ -1,0 +1,116 @@
+"""Producer and consumer processes of the fault suite: ``python worker.py <role> <json config>``.
+
+Every event goes to the process's own journal (JSON lines, flushed per line, so a SIGKILL loses at most the line
+being written): ``ack`` (a put the server acknowledged), ``uncertain`` (a put that raised: it may or may not be
+stored), ``deliver`` (an item handed to this consumer, with its session id), ``lost`` (this process's session
+ended), ``ready`` and ``done``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+
+from zkqueue.builder import QueueBuilder
+from zkqueue.serializers import StrSerializer
+
+FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 1.0}
+
+
+class Journal:
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        self._lock = threading.Lock()
+
+    def write(self, event: str, **fields: object) -> None:
+        line = json.dumps({"ev": event, "t": time.time(), "pid": os.getpid(), **fields})
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+
+def _client(cfg: dict, journal: Journal) -> KazooClient:
+    client = KazooClient(hosts=cfg["hosts"], timeout=cfg["session_timeout"], connection_retry=dict(FAST_RECONNECT))
+
+    def listener(state: str) -> None:  # kazoo's connection thread: only a line write
+        if state == KazooState.LOST:
+            journal.write("lost")
+
+    client.add_listener(listener)
+    client.start(timeout=60)
+    return client
+
+
+def _wait_connected(client: KazooClient, stop: threading.Event) -> None:
+    while not client.connected and not stop.is_set():
+        time.sleep(0.05)
+
+
+def produce(cfg: dict, journal: Journal, stop: threading.Event) -> None:
+    client = _client(cfg, journal)
+    queue = QueueBuilder.builder(client, None, StrSerializer(), cfg["queue"]).put_in_background(False).build_queue()
+    queue.start()
+    journal.write("ready")
+    serial = 0
+    pause = cfg.get("pause", 0.0)
+    while serial < cfg["count"] and not stop.is_set():
+        item = f"{cfg['name']}-{serial:06d}"
+        serial += 1
+        try:
+            queue.put(item)
+        except Exception as exc:  # noqa: BLE001 - the outcome is unknown: recorded, and we move on
+            journal.write("uncertain", id=item, error=repr(exc)[:200])
+            _wait_connected(client, stop)
+            continue
+        journal.write("ack", id=item)
+        if pause:
+            time.sleep(pause)
+    journal.write("done")
+    queue.close()
+    client.stop()
+    client.close()
+
+
+def consume(cfg: dict, journal: Journal, stop: threading.Event) -> None:
+    client = _client(cfg, journal)
+    item_seconds = cfg.get("item_seconds", 0.0)
+
+    def on_item(item: str) -> None:
+        session = client.client_id[0] if client.client_id else None
+        journal.write("deliver", id=item, sid=session)
+        if item_seconds:
+            time.sleep(item_seconds)  # "work": a SIGKILL now lands mid-item
+
+    builder = QueueBuilder.builder(client, on_item, StrSerializer(), cfg["queue"]).batch_size(cfg.get("batch", 10))
+    if cfg.get("lock"):
+        builder = builder.lock_path(cfg["lock"])
+    queue = builder.build_queue()
+    queue.start()
+    journal.write("ready")
+    while not stop.wait(0.2):
+        pass
+    queue.flush_acks(10)
+    queue.close()
+    stats = queue.stats().as_dict()
+    journal.write("done", stats=stats)
+    client.stop()
+    client.close()
+
+
+def main() -> None:
+    role, cfg = sys.argv[1], json.loads(sys.argv[2])
+    journal = Journal(cfg["journal"])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    {"producer": produce, "consumer": consume}[role](cfg, journal, stop)
+
+
+if __name__ == "__main__":
+    main()
