@@ -54,6 +54,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("pyarrow")
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         pytest.skip("no java")
+    saved = {key: os.environ.get(key) for key in spark_environment()}
     os.environ.update(spark_environment())
     session = build_session("local[2]", str(tmp_path_factory.mktemp("warehouse")))
     session.sparkContext.setLogLevel("ERROR")
@@ -65,3 +66,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from zkqueue.spark.clients import close_all
 
     close_all()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -191,7 +191,8 @@ def consume(
     consumes for that long. ``lock_path`` defaults to ``<path>-locks``. ``handler`` must be picklable
     (cloudpickle) and importable on the executors. A handler exception is counted as ``failed`` and the item
     is requeued (``on_error="requeue"``, Curator's default) or deleted (``"delete"``); with ``until="empty"``
-    an item whose handler always fails keeps the job running unless ``on_error="delete"``.
+    an item whose handler always fails keeps the job running unless ``on_error="delete"``. On a delay queue,
+    ``until="empty"`` also waits for items that are not due yet.
 
     ``serializer``: ``bytes`` (default), ``str``, ``json`` or ``module:Class``. ``session_timeout`` (seconds)
     bounds how long a crashed task's items stay locked.

@@ -48,7 +48,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from zkqueue import framing, naming, protocol
 from zkqueue.errors import ItemTooLargeError, QueuePermissionError, QueueStateError, SerializationError
-from zkqueue.spark.options import SinkOptions, _json_default, load_serializer
+from zkqueue.spark.options import SinkOptions, load_serializer
 
 log = logging.getLogger("zkqueue.spark.sink")
 
