@@ -257,8 +257,8 @@ def _spark_rows(spark: dict[str, Any]) -> list[dict[str, Any]]:
                 {"label": "Spark executor consumers items/s", "value": "n/a", "reason": reason}]
     res = spark["result"]
     rows = []
-    for key, label in (("sink_rows_per_s", "Spark sink rows/s"), ("executor_items_per_s",
-                                                                     "Spark executor consumers items/s")):
+    for key, label in (("sink_rows_per_s", "Spark sink rows/s"),
+                       ("consume_items_per_s", "Spark executor consumers items/s (lock-safe)")):
         v = res.get(key)
         rows.append({"label": label, "value": f"{v:,.0f}" if isinstance(v, (int, float)) else "n/a",
                      "raw": res})

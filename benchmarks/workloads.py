@@ -116,12 +116,13 @@ SPARK_PROBE = Path(__file__).with_name("spark_probe.py")
 
 
 def run_spark(connect: str, quick: bool, timeout: float = 900.0) -> dict[str, Any]:
-    """Run ``python -m benchmarks.spark_probe`` if present and return its last JSON line, else a reason."""
+    """Run ``benchmarks/spark_probe.py`` (the Spark helper's probe: a local[2] SparkSession against ``connect``)
+    if present and return its JSON numbers, else the reason it could not."""
     if not SPARK_PROBE.is_file():
         return {"status": "n/a", "reason": "benchmarks/spark_probe.py is not in the repository yet"}
-    argv = [sys.executable, "-m", "benchmarks.spark_probe", "--connect", connect, "--json"]
     if quick:
-        argv.append("--quick")
+        return {"status": "n/a", "reason": "skipped in --quick (Spark start-up alone takes tens of seconds)"}
+    argv = [sys.executable, str(SPARK_PROBE), "--hosts", connect]
     start = time.monotonic()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
@@ -131,11 +132,12 @@ def run_spark(connect: str, quick: bool, timeout: float = 900.0) -> dict[str, An
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         return {"status": "n/a", "reason": f"spark_probe exited {done.returncode}: {' | '.join(tail)}"}
-    for line in reversed(done.stdout.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return {"status": "ok", "seconds": round(time.monotonic() - start, 1), "result": value}
-    return {"status": "n/a", "reason": "spark_probe printed no JSON result line"}
+    text = done.stdout
+    brace = text.rfind("\n{")
+    try:
+        value = json.loads(text[brace + 1 if brace >= 0 else text.find("{"):])
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        return {"status": "n/a", "reason": "spark_probe printed no JSON result"}
+    return {"status": "ok", "seconds": round(time.monotonic() - start, 1), "result": value}
