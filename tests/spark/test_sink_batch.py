@@ -73,10 +73,15 @@ def test_kinds_and_framing_follow_curator_names(spark, zk_hosts, zk_client):
 def test_rows_as_json_by_default(spark, zk_hosts, zk_client):
     import json
 
-    df = spark.createDataFrame([(1, "a", None), (2, "b", 2.5)], "n INT, s STRING, x DOUBLE").coalesce(1)
+    df = spark.sql(
+        "SELECT * FROM VALUES (1, 'a', CAST(NULL AS DOUBLE), map('k', array(1, 2)), DATE'2030-01-02', X'00ff'),"
+        " (2, 'b', 2.5, map(), DATE'2030-01-03', X'') AS t(n, s, x, m, d, b)"
+    ).coalesce(1)
     df.write.format("zkqueue").mode("append").option("zkHosts", zk_hosts).save("/json")
     assert [json.loads(items[0]) for _, items in _items(zk_client, "/json")] == [
-        {"n": 1, "s": "a", "x": None}, {"n": 2, "s": "b", "x": 2.5}]
+        {"n": 1, "s": "a", "x": None, "m": {"k": [1, 2]}, "d": "2030-01-02", "b": "AP8="},
+        {"n": 2, "s": "b", "x": 2.5, "m": {}, "d": "2030-01-03", "b": ""},
+    ]
 
 
 def test_dedupe_key_makes_a_rerun_write_idempotent(spark, zk_hosts, zk_client):

@@ -176,6 +176,9 @@ def arrow_pairs(batches: Iterable[Any], encoder: Encoder) -> Iterator[tuple[str,
             values = batch.column(names.index(options.value_column)).to_pylist()
         else:
             values = batch.to_pylist()
+            for field in batch.schema:
+                if _has_map(field.type):  # Arrow gives maps as [(k, v)]; JSON wants an object
+                    values = [{**v, field.name: _plain(v[field.name], field.type)} for v in values]
         keys = batch.column(names.index(options.key_column)).to_pylist() if options.key_column else None
         payload = encoder.payload
         if keys is None:
@@ -187,6 +190,33 @@ def arrow_pairs(batches: Iterable[Any], encoder: Encoder) -> Iterator[tuple[str,
             for i in range(n):
                 yield prefix_of(keys[i], row + i), payload(values[i], row + i)
         row += n
+
+
+def _has_map(arrow_type: Any) -> bool:
+    import pyarrow as pa  # noqa: PLC0415
+
+    if pa.types.is_map(arrow_type):
+        return True
+    if pa.types.is_struct(arrow_type):
+        return any(_has_map(f.type) for f in arrow_type)
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return _has_map(arrow_type.value_type)
+    return False
+
+
+def _plain(value: Any, arrow_type: Any) -> Any:
+    """``value`` (from ``to_pylist``) with every map turned into a dict, as Spark's own rows have it."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    if value is None:
+        return None
+    if pa.types.is_map(arrow_type):
+        return {(k if isinstance(k, str) else str(k)): _plain(v, arrow_type.item_type) for k, v in value}
+    if pa.types.is_struct(arrow_type):
+        return {f.name: _plain(value.get(f.name), f.type) for f in arrow_type}
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return [_plain(v, arrow_type.value_type) for v in value]
+    return value
 
 
 def row_pairs(rows: Iterable[Any], encoder: Encoder) -> Iterator[tuple[str, bytes]]:
