@@ -105,7 +105,8 @@ def main() -> None:
 
     import os
 
-    print(f"{args.items} items of {args.size} bytes, batch_size {args.batch_size}, load average {os.getloadavg()[0]:.1f}")
+    load = os.getloadavg()[0]
+    print(f"{args.items} items of {args.size} bytes, batch_size {args.batch_size}, load average {load:.1f}")
     print(f"{'workload':<20} {'items/s':>10} {'Curator':>9} {'x':>6}")
     for name, rate in results.items():
         print(f"{name:<20} {rate:>10.0f} {CURATOR[name]:>9.0f} {rate / CURATOR[name]:>6.1f}")

@@ -158,9 +158,10 @@ def _delete_op(path: str, version: int = -1) -> Any:
     return protocol.DeleteOp(path, version)
 
 
-def _op_size(op: Any) -> int:
+def _op_size(op: Any, extra: int = 0) -> int:
+    """Upper estimate of the bytes one op adds to a multi (``extra``: the client's chroot length)."""
     data = getattr(op, "data", None) or b""
-    return len(op.path) + len(data) + 64
+    return len(op.path) * 4 + len(data) + 64 + extra
 
 
 def _map_error(exc: BaseException) -> BaseException:
@@ -334,6 +335,7 @@ class DistributedQueue(Generic[T]):
         self._avg_node_bytes: float | None = None
         self._max_batch_bytes = max_batch_bytes
         self._lock_data = f"{socket.gethostname()}:{os.getpid()}".encode()
+        self._chroot_len = len((getattr(client, "chroot", None) or "").encode("utf-8"))
         self._token_prefix = uuid.uuid4().hex[:16] + "-"
         self._token_count = 0
         # background puts
@@ -652,9 +654,9 @@ class DistributedQueue(Generic[T]):
         return bytes(data)
 
     def _check_size(self, prefix: str, data: bytes) -> None:
-        size = len(data) + len(prefix.encode("utf-8")) + 10 + _REQUEST_OVERHEAD
-        if size > self._jute_max_buffer:
-            raise ItemTooLargeError(len(data), self._jute_max_buffer - len(prefix) - 10 - _REQUEST_OVERHEAD)
+        overhead = len(prefix.encode("utf-8")) + self._chroot_len + 10 + _REQUEST_OVERHEAD
+        if len(data) + overhead > self._jute_max_buffer:
+            raise ItemTooLargeError(len(data), self._jute_max_buffer - overhead)
 
     def _send_framed(self, data: bytes, prefix: str, item: Any, *, multi: bool) -> bool:
         """Send one framed znode at ``prefix`` (sequential): queued for the put thread, or created now."""
@@ -729,7 +731,7 @@ class DistributedQueue(Generic[T]):
         size = 0
         while self._put_queue and len(batch) < _MAX_OPS_PER_MULTI:
             req = self._put_queue[0]
-            req_size = len(req.data) + len(req.prefix) + 64
+            req_size = len(req.data) + len(req.prefix) * 4 + 64 + self._chroot_len
             if batch and size + req_size > budget:
                 break
             batch.append(self._put_queue.popleft())
@@ -763,7 +765,7 @@ class DistributedQueue(Generic[T]):
                 if len(batch) > 1 and self._connected.is_set():
                     try:
                         ops = [_create_op(req.prefix, req.data, sequence=True) for req in batch]
-                        async_result = protocol.run_multi_async(self._client, ops)
+                        async_result = protocol.run_multi_async(self._client, ops, limit=self._jute_max_buffer)
                     except Exception:
                         log.debug("could not send a put batch asynchronously; sending it in order", exc_info=True)
                         async_result = None
@@ -814,7 +816,9 @@ class DistributedQueue(Generic[T]):
             return
         ops = [_create_op(req.prefix, req.data, sequence=True) for req in batch]
         try:
-            result = self._with_reconnect(lambda: protocol.run_multi(self._client, ops), f"put batch of {len(batch)}")
+            result = self._with_reconnect(
+                lambda: protocol.run_multi(self._client, ops, limit=self._jute_max_buffer), f"put batch of {len(batch)}"
+            )
         except Exception as exc:
             for req in batch:
                 self._notify_put_failed(req, _map_error(exc))
@@ -1007,7 +1011,7 @@ class DistributedQueue(Generic[T]):
     # -- normal mode: read, delete with version, deliver (at-most-once, as Curator)
     def _process_normally(self, names: list[str]) -> list[str]:
         paths = [naming.join(self._queue_path, n) for n in names]
-        reads = protocol.multi_read(self._client, paths)
+        reads = protocol.multi_read(self._client, paths, limit=self._jute_max_buffer)
         self._note_sizes(reads)
         handled: list[str] = []
         groups: list[list[Any]] = []
@@ -1127,7 +1131,7 @@ class DistributedQueue(Generic[T]):
         if not held:
             return handled, locked
         try:
-            reads = protocol.multi_read(self._client, [h.path for h in held])
+            reads = protocol.multi_read(self._client, [h.path for h in held], limit=self._jute_max_buffer)
             self._note_sizes(reads)
         except Exception:
             self._release(held)
@@ -1281,11 +1285,11 @@ class DistributedQueue(Generic[T]):
     def _run_multi_retrying(self, ops: list[Any]) -> Any:
         """run_multi, retried once after reconnecting on a connection error (fenced ops make that safe)."""
         try:
-            return protocol.run_multi(self._client, ops)
+            return protocol.run_multi(self._client, ops, limit=self._jute_max_buffer)
         except _CONNECTION_ERRORS:
             if not self._wait_connected(30.0):
                 raise
-            result = protocol.run_multi(self._client, ops)
+            result = protocol.run_multi(self._client, ops, limit=self._jute_max_buffer)
             if result.failure is not None:
                 result.failure._zkq_ambiguous = True  # type: ignore[attr-defined]
             return result
@@ -1451,7 +1455,7 @@ class DistributedQueue(Generic[T]):
             owner: list[tuple[int, int]] = []
             size = 0
             for g in pending:
-                g_size = sum(_op_size(op) for op in groups[g])
+                g_size = sum(_op_size(op, self._chroot_len) for op in groups[g])
                 if chunk and (size + g_size > budget or len(ops) + len(groups[g]) > _MAX_OPS_PER_MULTI):
                     break
                 chunk.append(g)
@@ -1460,7 +1464,7 @@ class DistributedQueue(Generic[T]):
                     owner.append((g, i))
                 size += g_size
             try:
-                result = protocol.run_multi(self._client, ops)
+                result = protocol.run_multi(self._client, ops, limit=self._jute_max_buffer)
             except _CONNECTION_ERRORS:
                 if not retry_connection or not self._wait_connected(30.0):
                     raise
@@ -1492,7 +1496,8 @@ class DistributedQueue(Generic[T]):
     def _commit_each(
         self, groups: list[list[Any]], pending: list[int], outcome: list[Any], ambiguous: bool
     ) -> None:
-        asyncs = [(g, protocol.run_multi_async(self._client, groups[g])) for g in pending]
+        limit = self._jute_max_buffer
+        asyncs = [(g, protocol.run_multi_async(self._client, groups[g], limit=limit)) for g in pending]
         for g, async_result in asyncs:
             try:
                 result = async_result.get()

@@ -48,7 +48,10 @@ def test_multi(zk_client_factory) -> None:
             consumed.append(item)
 
     queues = [
-        QueueBuilder.builder(zk_client_factory(), consume, StrSerializer(), QPATH).lock_path(LPATH).max_items(10).build_queue()
+        QueueBuilder.builder(zk_client_factory(), consume, StrSerializer(), QPATH)
+        .lock_path(LPATH)
+        .max_items(10)
+        .build_queue()
         for _ in range(4)
     ]
     for q in queues:

@@ -37,7 +37,12 @@ def test_leader_kill_during_lock_safe_consumption(zk_ensemble, ensemble_client_f
             p.put(i)
         assert p.flush_puts(60)
     consumer_client = ensemble_client_factory(timeout=15.0)
-    q = QueueBuilder.builder(consumer_client, consume, JsonSerializer(), QPATH).lock_path(LPATH).batch_size(20).build_queue()
+    q = (
+        QueueBuilder.builder(consumer_client, consume, JsonSerializer(), QPATH)
+        .lock_path(LPATH)
+        .batch_size(20)
+        .build_queue()
+    )
     with q:
         wait_for(reached.is_set, timeout=60)
         leader = zk_ensemble.leader()

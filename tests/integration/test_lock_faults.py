@@ -155,7 +155,13 @@ def test_lock_lost_mid_batch_releases_nothing_it_does_not_own(zk_client_factory)
         for i in range(5):
             p.put(str(i))
         assert p.flush_puts(10)
-    q = QueueBuilder.builder(a_client, consume, StrSerializer(), QPATH).lock_path(LPATH).lock_names("curator").batch_size(5).build_queue()
+    q = (
+        QueueBuilder.builder(a_client, consume, StrSerializer(), QPATH)
+        .lock_path(LPATH)
+        .lock_names("curator")
+        .batch_size(5)
+        .build_queue()
+    )
     with q:
         wait_for(started.is_set)
         held = observer.get_children(LPATH)

@@ -111,7 +111,8 @@ def test_multi_putter_single_getter(zk_client_factory) -> None:
             c2, None, StrSerializer(), QPATH
         ).build_queue() as p2:
             threads = [
-                threading.Thread(target=lambda p=p, k=k: [p.put(f"{k}-{i}") for i in range(50)]) for k, p in ((1, p1), (2, p2))
+                threading.Thread(target=lambda p=p, k=k: [p.put(f"{k}-{i}") for i in range(50)])
+                for k, p in ((1, p1), (2, p2))
             ]
             for t in threads:
                 t.start()
@@ -259,3 +260,15 @@ def test_many_background_puts_keep_order_across_pipelined_batches(zk_client) -> 
     with QueueBuilder.builder(zk_client, got.append, JsonSerializer(), QPATH).batch_size(500).build_queue():
         wait_for(lambda: len(got) == n, timeout=60)
     assert got == list(range(n))
+
+
+def test_background_batches_near_the_packet_limit_all_succeed(zk_client) -> None:
+    """Many items whose sum is several times the limit: batches are cut to fit, none is refused."""
+    limit = 64 * 1024
+    q = QueueBuilder.builder(zk_client, None, BytesSerializer(), QPATH).jute_max_buffer(limit).build_queue()
+    with q:
+        for i in range(40):
+            q.put(bytes([i]) * 15_000)
+        assert q.flush_puts(30)
+        assert q.stats().put_ok == 40 and q.stats().put_failed == 0
+    assert len(zk_client.get_children(QPATH)) == 40

@@ -95,7 +95,12 @@ def test_close_gives_back_locked_items_not_yet_consumed(zk_client_factory) -> No
         started.set()
         go.wait(20)
 
-    q = QueueBuilder.builder(zk_client_factory(), consume, StrSerializer(), QPATH).lock_path(LPATH).batch_size(5).build_queue()
+    q = (
+        QueueBuilder.builder(zk_client_factory(), consume, StrSerializer(), QPATH)
+        .lock_path(LPATH)
+        .batch_size(5)
+        .build_queue()
+    )
     q.start()
     wait_for(started.is_set)
     assert len(producer.get_children(LPATH)) == 5  # the whole batch is locked
