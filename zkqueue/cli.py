@@ -19,6 +19,20 @@ DEFAULT_CONNECT = "127.0.0.1:2181"
 
 
 def _connect_option(fn: Any) -> Any:
+    fn = click.option(
+        "--acl",
+        envvar="ZKQUEUE_ACL",
+        default=None,
+        help="ACL of the nodes this command creates, e.g. 'digest:app:secret:all,world:anyone:read' "
+        "(env ZKQUEUE_ACL; default with --auth: everything for that user, nothing for others).",
+    )(fn)
+    fn = click.option(
+        "--auth",
+        envvar="ZKQUEUE_AUTH",
+        default=None,
+        metavar="USER:PASSWORD",
+        help="Digest credentials (env ZKQUEUE_AUTH).",
+    )(fn)
     return click.option(
         "--connect",
         envvar="ZKQUEUE_CONNECT",
@@ -59,11 +73,16 @@ def server(nodes: int, base_port: int | None, data_dir: str | None) -> None:
     click.echo("stopped", err=True)
 
 
-def _client(connect: str) -> Any:
-    from zkqueue.testing import make_client  # noqa: PLC0415 - keeps `zkqueue server` light
+def _client(connect: str, auth: str | None = None, acl: str | None = None) -> Any:
+    from zkqueue.security import client_kwargs, parse_acl  # noqa: PLC0415 - keeps `zkqueue server` light
+    from zkqueue.testing import make_client  # noqa: PLC0415
 
     try:
-        return make_client(connect, start_timeout=15)
+        kwargs = client_kwargs(auth=auth, acl=parse_acl(acl) if acl else None)
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        return make_client(connect, start_timeout=15, **kwargs)
     except Exception as exc:  # noqa: BLE001 - kazoo raises a bare timeout
         raise click.ClickException(f"cannot connect to ZooKeeper at {connect}: {exc}") from exc
 
@@ -73,11 +92,11 @@ def _client(connect: str) -> Any:
 @click.argument("path")
 @click.argument("items", nargs=-1, required=True)
 @click.option("--multi", is_flag=True, help="Put all ITEMS into one znode (Curator's putMulti).")
-def put(connect: str, path: str, items: tuple[str, ...], multi: bool) -> None:
+def put(connect: str, auth: str | None, acl: str | None, path: str, items: tuple[str, ...], multi: bool) -> None:
     """Put ITEMS (UTF-8 strings) into the queue at PATH."""
     from zkqueue import QueueBuilder, StrSerializer  # noqa: PLC0415
 
-    client = _client(connect)
+    client = _client(connect, auth, acl)
     try:
         with QueueBuilder.builder(client, None, StrSerializer(), path).put_in_background(False).build_queue() as q:
             if multi:
@@ -101,7 +120,10 @@ def put(connect: str, path: str, items: tuple[str, ...], multi: bool) -> None:
     "--count", type=click.IntRange(1), default=None, help="Stop after this many items (implies lock-safe mode)."
 )
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="Stop after this many idle seconds.")
-def consume(connect: str, path: str, lock_path: str | None, count: int | None, timeout: float) -> None:
+def consume(
+    connect: str, auth: str | None, acl: str | None, path: str, lock_path: str | None, count: int | None,
+    timeout: float,
+) -> None:
     """Consume items from PATH and print each on its own line.
 
     With --count the consumer is lock-safe (lock path PATH-locks unless given) and takes one item at a time, so
@@ -127,7 +149,7 @@ def consume(connect: str, path: str, lock_path: str | None, count: int | None, t
 
     if count is not None and lock_path is None:
         lock_path = path + "-locks"
-    client = _client(connect)
+    client = _client(connect, auth, acl)
     queue = None
     try:
         builder = QueueBuilder.builder(client, on_item, StrSerializer(), path)
@@ -156,11 +178,13 @@ def consume(connect: str, path: str, lock_path: str | None, count: int | None, t
 @click.argument("path")
 @click.option("--lock-path", default=None, help="The queue's lock path, to count locked items.")
 @click.option("--quarantine-path", default=None, help="Default: PATH-quarantine.")
-def stats(connect: str, path: str, lock_path: str | None, quarantine_path: str | None) -> None:
+def stats(
+    connect: str, auth: str | None, acl: str | None, path: str, lock_path: str | None, quarantine_path: str | None
+) -> None:
     """Show how many items are pending, locked and quarantined."""
     from zkqueue.inspect import queue_counts  # noqa: PLC0415
 
-    client = _client(connect)
+    client = _client(connect, auth, acl)
     try:
         counts = queue_counts(client, path, lock_path=lock_path, quarantine_path=quarantine_path)
     except ZkQueueError as exc:
