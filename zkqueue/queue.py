@@ -526,6 +526,12 @@ class DistributedQueue(Generic[T]):
         self.put_listeners.clear()
         log.debug("queue %s closed", self._queue_path)
 
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(path={self._queue_path!r}, lock_path={self._lock_path!r}, "
+            f"state={self._state.value}, consumer={self._consumer!r})"
+        )
+
     def __enter__(self) -> "DistributedQueue[T]":
         self.start()
         return self
@@ -609,6 +615,8 @@ class DistributedQueue(Generic[T]):
         self._check_started()
         if self._max_items is None:
             return self._send_framed(data, prefix, item, multi=multi)
+        if timeout is not None:
+            timeout = max(0.0, float(timeout))
         self._check_size(prefix, data)
         # One bounded put at a time per instance, so this instance never overshoots its own bound.
         if not self._bound_lock.acquire(timeout=-1 if timeout is None else timeout):
