@@ -111,13 +111,15 @@ def parse_acl(spec: str) -> list[ACL]:
 class TlsOptions:
     """kazoo's TLS settings. PEM files: ``ca`` (the CA or server certificate to trust), and for mutual TLS a
     client ``certfile`` and ``keyfile`` (``keyfile_password`` if the key is encrypted). ``verify_certs=False``
-    encrypts without checking the server (tests only)."""
+    encrypts without checking the server (tests only); ``check_hostname`` also checks that the certificate names
+    the host connected to (kazoo's default is off)."""
 
     ca: str | None = None
     certfile: str | None = None
     keyfile: str | None = None
     keyfile_password: str | None = None
     verify_certs: bool = True
+    check_hostname: bool = False
 
     def __post_init__(self) -> None:
         for name in ("ca", "certfile", "keyfile"):
@@ -128,9 +130,15 @@ class TlsOptions:
             raise ConfigurationError("a TLS client certificate needs both certfile and keyfile")
         if self.verify_certs and self.ca is None:
             raise ConfigurationError("verify_certs needs a ca file (or pass verify_certs=False)")
+        if self.check_hostname and not self.verify_certs:
+            raise ConfigurationError("check_hostname needs verify_certs")
 
     def kazoo_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"use_ssl": True, "verify_certs": self.verify_certs}
+        kwargs: dict[str, Any] = {
+            "use_ssl": True,
+            "verify_certs": self.verify_certs,
+            "check_hostname": self.check_hostname,
+        }
         for name in ("ca", "certfile", "keyfile", "keyfile_password"):
             value = getattr(self, name)
             if value is not None:

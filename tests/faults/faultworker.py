@@ -36,11 +36,11 @@ class Journal:
             self._file.flush()
 
 
-def _client(cfg: dict, journal: Journal) -> KazooClient:
+def _client(cfg: dict, journal: Journal, stop: threading.Event) -> KazooClient:
     client = KazooClient(hosts=cfg["hosts"], timeout=cfg["session_timeout"], connection_retry=dict(FAST_RECONNECT))
 
     def listener(state: str) -> None:  # kazoo's connection thread: only a line write
-        if state == KazooState.LOST:
+        if state == KazooState.LOST and not stop.is_set():  # client.stop() at the end is LOST too: not a loss
             journal.write("lost")
 
     client.add_listener(listener)
@@ -54,7 +54,7 @@ def _wait_connected(client: KazooClient, stop: threading.Event) -> None:
 
 
 def produce(cfg: dict, journal: Journal, stop: threading.Event) -> None:
-    client = _client(cfg, journal)
+    client = _client(cfg, journal, stop)
     queue = QueueBuilder.builder(client, None, StrSerializer(), cfg["queue"]).put_in_background(False).build_queue()
     queue.start()
     journal.write("ready")
@@ -73,13 +73,14 @@ def produce(cfg: dict, journal: Journal, stop: threading.Event) -> None:
         if pause:
             time.sleep(pause)
     journal.write("done")
+    stop.set()
     queue.close()
     client.stop()
     client.close()
 
 
 def consume(cfg: dict, journal: Journal, stop: threading.Event) -> None:
-    client = _client(cfg, journal)
+    client = _client(cfg, journal, stop)
     item_seconds = cfg.get("item_seconds", 0.0)
 
     def on_item(item: str) -> None:
