@@ -41,7 +41,7 @@ def test_handler_failures_are_counted_and_handled_per_error_mode(spark, zk_hosts
     assert zk_client.get_children("/del") == []
 
     _fill(zk_hosts, "/req", items)
-    result = consume(spark, zk_hosts, "/req", FailOn(str(tmp_path / "r"), b"x-7"), parallelism=1, until=1.5,
+    result = consume(spark, zk_hosts, "/req", FailOn(str(tmp_path / "r"), b"x-7"), parallelism=1, until=3.0,
                      session_timeout=4.0)
     assert result.processed == 49 and result.failed >= 1 and result.requeued == result.failed
     left = zk_client.get_children("/req")

@@ -14,7 +14,9 @@ def test_curator_consumer_reads_the_sink_output(spark, zk_hosts, zk_client):
     df = spark.createDataFrame(rows, "value BINARY, priority INT")
     base = df.write.format("zkqueue").mode("append").option("zkHosts", zk_hosts).option("valueColumn", "value")
     base.option("itemsPerNode", "4").save("/plain")
-    base.option("kind", "priority").save("/prio")
+    # One partition, so the rows' write order (FIFO within a priority) is known.
+    (df.coalesce(1).write.format("zkqueue").mode("append").option("zkHosts", zk_hosts)
+     .option("valueColumn", "value").option("kind", "priority").save("/prio"))
 
     peer = CuratorPeer(zk_hosts)
     plain = peer.consume("/plain", count=60, timeout=60, lock_path="/plain-locks")
