@@ -204,6 +204,7 @@ class FaultRun:
         except AssertionError:
             drain_s = None  # the accounting below says what is missing
         left = self.admin.get_children(self.chroot + QUEUE)
+        stuck = self._holders(left) if drain_s is None else ""
         for name in self.live_consumers():
             self.procs[name].send_signal(signal.SIGTERM)
         for name in self.consumer_names():
@@ -223,8 +224,29 @@ class FaultRun:
         acc.drain_s = None if drain_s is None else round(drain_s, 2)
         if drain_s is None:
             acc.assert_ok()
-            raise AssertionError(f"{self.scenario}: the queue did not drain; nodes left: {left[:10]}")
+            raise AssertionError(f"{self.scenario}: the queue did not drain; nodes left: {left[:10]}\n{stuck}")
         return acc
+
+    def _holders(self, left: list[str]) -> str:
+        """Who holds the items left behind (read while every consumer still runs): lock owner sessions."""
+        sessions = {}
+        for n in self.consumer_names():
+            for e in self._events(n):
+                if e.get("sid"):
+                    sessions[e["sid"]] = n
+        lines = []
+        for name in sorted(left)[:10]:
+            fences = []
+            with contextlib.suppress(Exception):
+                for child in self.admin.get_children(f"{self.chroot}{QUEUE}/{name}"):
+                    owner = self.admin.exists(f"{self.chroot}{QUEUE}/{name}/{child}").ephemeralOwner
+                    fences.append(f"{child} owned by {sessions.get(owner, hex(owner))}")
+            lines.append(f"  {name}: fences {fences or 'none'}")
+        with contextlib.suppress(Exception):
+            for lock in self.admin.get_children(self.chroot + LOCKS)[:10]:
+                owner = self.admin.exists(f"{self.chroot}{LOCKS}/{lock}").ephemeralOwner
+                lines.append(f"  lock {lock} owned by {sessions.get(owner, hex(owner))}")
+        return "\n".join(lines)
 
     def close(self) -> None:
         for proc in self.procs.values():

@@ -94,7 +94,7 @@ def consume(cfg: dict, journal: Journal, stop: threading.Event) -> None:
         builder = builder.lock_path(cfg["lock"])
     queue = builder.build_queue()
     queue.start()
-    journal.write("ready")
+    journal.write("ready", sid=client.client_id[0] if client.client_id else None)
     while not stop.wait(0.2):
         pass
     queue.flush_acks(10)
