@@ -84,3 +84,7 @@ class CuratorPeerError(ZkQueueError):
 
 class NoSuchElementError(ZkQueueError, LookupError):
     """``element()``/``remove()`` on an empty SimpleDistributedQueue (Curator: NoSuchElementException)."""
+
+
+class QueueFullError(QueueStateError):
+    """A bounded queue (``max_items`` / the Spark sink's ``maxItems``) stayed full past the allowed wait."""

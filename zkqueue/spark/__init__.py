@@ -32,7 +32,7 @@ _EXPORTS = {
     "ZkQueueDataSource": "zkqueue.spark.datasource",
     "SinkOptions": "zkqueue.spark.options",
     "SinkStats": "zkqueue.spark.sink",
-    "QueueFullError": "zkqueue.spark.sink",
+    "QueueFullError": "zkqueue.errors",
 }
 
 __all__ = sorted([*_EXPORTS, "register", "put_partition"])

@@ -47,7 +47,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from zkqueue import framing, naming, protocol
-from zkqueue.errors import ItemTooLargeError, QueuePermissionError, QueueStateError, SerializationError
+from zkqueue.errors import ItemTooLargeError, QueueFullError, QueuePermissionError, SerializationError
 from zkqueue.spark.options import SinkOptions, load_serializer
 
 log = logging.getLogger("zkqueue.spark.sink")
@@ -56,10 +56,6 @@ _CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError
 _RETRIES = 5
 #: Bytes kept free in every multi for the dedupe marker (its path is short; this is generous).
 _MARKER_RESERVE = 600
-
-
-class QueueFullError(QueueStateError):  # TODO(lead): move to zkqueue/errors.py
-    """A bounded queue (``maxItems``) stayed full for ``maxItemsTimeout`` seconds."""
 
 
 @dataclass
