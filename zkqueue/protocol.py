@@ -233,18 +233,29 @@ def _chroot(client: Any) -> str:
     return (getattr(client, "chroot", None) or "") if client is not None else ""
 
 
+def _full_path(root: str, path: str, trailing: bool = False) -> str:
+    """``path`` with the chroot ``root`` prepended, as kazoo's ``_prefix_root`` makes it.
+
+    Paths the queues send are already normal (absolute, no empty, ``.`` or ``..`` segments), and for those
+    plain concatenation is the same string at a fraction of the cost: this runs once per op in every multi.
+    """
+    if path.startswith("/") and "//" not in path and "/." not in path and not path.endswith("/"):
+        return path if root in ("", "/") else root + path
+    return _prefix_root(root, path, trailing=trailing)
+
+
 def _to_request(client: Any, op: Op) -> Any:
     """The kazoo request record for one op, with the client's chroot applied."""
     root = _chroot(client)
     if isinstance(op, CreateOp):
-        path = _prefix_root(root, op.path, trailing=op.sequence)
+        path = _full_path(root, op.path, trailing=op.sequence)
         return Create(path, op.data, list(_resolve_acl(client, op.acl)), op.flags)
     if isinstance(op, DeleteOp):
-        return Delete(_prefix_root(root, op.path), op.version)
+        return Delete(_full_path(root, op.path), op.version)
     if isinstance(op, SetDataOp):
-        return SetData(_prefix_root(root, op.path), op.data, op.version)
+        return SetData(_full_path(root, op.path), op.data, op.version)
     if isinstance(op, CheckOp):
-        return CheckVersion(_prefix_root(root, op.path), op.version)
+        return CheckVersion(_full_path(root, op.path), op.version)
     raise TypeError(f"not a multi op: {op!r} (use CreateOp, DeleteOp, SetDataOp or CheckOp)")
 
 
@@ -267,23 +278,30 @@ def op_size(op: Op, client: Any = None) -> int:
 
     ``client`` supplies the chroot (which is part of every path on the wire) and the default ACL.
     """
-    root = _chroot(client)
-    if isinstance(op, CreateOp):
-        path = _prefix_root(root, op.path, trailing=op.sequence)
-        data = 4 + (len(op.data) if op.data is not None else 0)
-        body = _string_size(path) + data + _acl_size(_resolve_acl(client, op.acl)) + 4
-    elif isinstance(op, SetDataOp):
-        body = _string_size(_prefix_root(root, op.path)) + 4 + (len(op.data) if op.data is not None else 0) + 4
-    elif isinstance(op, (DeleteOp, CheckOp)):
-        body = _string_size(_prefix_root(root, op.path)) + 4
+    return _request_size(_to_request(client, op))
+
+
+def _request_size(req: Any) -> int:
+    """Bytes one built kazoo request record adds to a multi (op header included)."""
+    if isinstance(req, Create):
+        data = 4 + (len(req.data) if req.data is not None else 0)
+        body = _string_size(req.path) + data + _acl_size(req.acl) + 4
+    elif isinstance(req, SetData):
+        body = _string_size(req.path) + 4 + (len(req.data) if req.data is not None else 0) + 4
+    elif isinstance(req, (Delete, CheckVersion)):
+        body = _string_size(req.path) + 4
     else:
-        raise TypeError(f"not a multi op: {op!r}")
+        raise TypeError(f"not a multi op: {req!r}")
     return MULTI_HEADER_BYTES + body
 
 
 def multi_request_size(ops: Iterable[Op], client: Any = None) -> int:
     """The packet length (as the server checks it against ``jute.maxbuffer``) of one multi holding ``ops``."""
-    return REQUEST_HEADER_BYTES + sum(op_size(op, client) for op in ops) + MULTI_HEADER_BYTES
+    return _requests_size([_to_request(client, op) for op in ops])
+
+
+def _requests_size(requests: Sequence[Any]) -> int:
+    return REQUEST_HEADER_BYTES + sum(_request_size(r) for r in requests) + MULTI_HEADER_BYTES
 
 
 def max_create_data(
@@ -398,12 +416,13 @@ def run_multi_async(client: Any, ops: Iterable[Op], *, limit: int | None = None)
     ops = _check_ops(ops)
     if not ops:
         return _ready(client, MultiResult(True, [], None, None))
-    size = multi_request_size(ops, client)
+    requests = [_to_request(client, op) for op in ops]
+    size = _requests_size(requests)
     cap = jute_max_buffer(limit)
     if size > cap:
         raise ItemTooLargeError(size, cap, f"multi request of {len(ops)} ops")
     inner = client.handler.async_result()
-    client._call(Transaction([_to_request(client, op) for op in ops]), inner)
+    client._call(Transaction(requests), inner)
     count = len(ops)
 
     def combine(values: list[Any]) -> MultiResult:
@@ -536,7 +555,7 @@ def multi_read_async(
         _check_path(path)
     opcode = GetChildren.type if children else GetData.type
     root = _chroot(client)
-    reads = [(opcode, _prefix_root(root, path)) for path in paths]
+    reads = [(opcode, _full_path(root, path)) for path in paths]
     chunks = _chunk_reads(reads, jute_max_buffer(limit), max_ops)
     if len(chunks) == 1:
         result = client.handler.async_result()
