@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +70,19 @@ def restore(ensemble: ZooKeeperEnsemble) -> None:
         if not ensemble.is_running(i):
             ensemble.start(i, wait=False)
     ensemble.wait_ready(180)
+
+
+@pytest.fixture
+def journal_dir(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """Where the worker processes keep their journals and logs: a folder of our own (pytest's tmp_path may be
+    pruned by other pytest runs on a shared machine). Removed when the test passes, kept (and named) when not."""
+    folder = Path(tempfile.mkdtemp(prefix="zkqueue-faults-"))
+    failed_before = request.session.testsfailed
+    yield folder
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        print(f"\nfault journals kept in {folder}")
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ PER_PRODUCER = 100
     ["leader_kill", "follower_kill", "rolling_restart", "pause_past_session", "consumer_kill", "proxy_cut",
      "quorum_loss"],
 )
-def test_lock_safe_loses_nothing(ensemble, tmp_path, record_figures, fault) -> None:
-    with FaultRun(ensemble, fault, tmp_path, per_producer=PER_PRODUCER) as run:
+def test_lock_safe_loses_nothing(ensemble, journal_dir, record_figures, fault) -> None:
+    with FaultRun(ensemble, fault, journal_dir, per_producer=PER_PRODUCER) as run:
         run.wait_acked(4 * PER_PRODUCER // 3)
         run.fault(fault, lambda: FAULTS[fault](run))
         acc = run.finish()
@@ -39,9 +39,9 @@ def test_lock_safe_loses_nothing(ensemble, tmp_path, record_figures, fault) -> N
         assert len(acc.killed) == 1
 
 
-def test_no_lock_mode_never_delivers_twice(ensemble, tmp_path, record_figures) -> None:
+def test_no_lock_mode_never_delivers_twice(ensemble, journal_dir, record_figures) -> None:
     """Plain consumers (at-most-once) through a leader kill and a client cut off past its session."""
-    with FaultRun(ensemble, "nolock_leader_kill+cut", tmp_path, mode="nolock", per_producer=PER_PRODUCER) as run:
+    with FaultRun(ensemble, "nolock_leader_kill+cut", journal_dir, mode="nolock", per_producer=PER_PRODUCER) as run:
         run.wait_acked(4 * PER_PRODUCER // 3)
         run.fault("leader_kill", lambda: FAULTS["leader_kill"](run))
         run.fault("proxy_cut", lambda: FAULTS["proxy_cut"](run))
@@ -52,7 +52,7 @@ def test_no_lock_mode_never_delivers_twice(ensemble, tmp_path, record_figures) -
 
 
 @pytest.mark.slow
-def test_soak_random_faults(ensemble, tmp_path, record_figures, soak_minutes, soak_seed) -> None:
+def test_soak_random_faults(ensemble, journal_dir, record_figures, soak_minutes, soak_seed) -> None:
     """Producers run for the whole soak; faults drawn at random strike one after another; same checker.
 
     ``pytest tests/faults --soak 10`` soaks for 10 minutes (``--soak-seed`` replays a run); the default run soaks
@@ -61,7 +61,7 @@ def test_soak_random_faults(ensemble, tmp_path, record_figures, soak_minutes, so
     rng = random.Random(soak_seed)
     random.seed(soak_seed)
     end = time.monotonic() + soak_minutes * 60
-    with FaultRun(ensemble, f"soak-{soak_minutes:g}min-seed{soak_seed}", tmp_path, per_producer=10**9,
+    with FaultRun(ensemble, f"soak-{soak_minutes:g}min-seed{soak_seed}", journal_dir, per_producer=10**9,
                   producer_pause=0.02) as run:
         run.wait_acked(50)
         while time.monotonic() < end:
