@@ -60,6 +60,7 @@ class FaultRun:
         self.item_seconds = item_seconds
         self.faults: list[str] = []
         self.killed: list[str] = []
+        self.held_when_killed: list[str] = []  # items a consumer was inside of when SIGKILLed
         self.recoveries: list[float] = []
         self.procs: dict[str, subprocess.Popen] = {}
         self.proxies = [TcpProxy(ensemble.node_connect_string(i)) for i in range(ensemble.size)]
@@ -103,6 +104,7 @@ class FaultRun:
                "session_timeout": CUT_SESSION if cut else CONSUMER_SESSION}
         if self.mode == "lock":
             cfg["lock"] = LOCKS
+        cfg["hold_file"] = str(self.workdir / f"hold-{name}")
         self._spawn("consumer", name, cfg)
         return name
 
@@ -133,6 +135,10 @@ class FaultRun:
                     out.setdefault(e["id"], e["t"])
         return out
 
+    def deliveries_of(self, item: str) -> list[str]:
+        """Consumers that got ``item``, in journal order per consumer."""
+        return [n for n in self.consumer_names() for e in self._events(n) if e["ev"] == "deliver" and e["id"] == item]
+
     def check_alive(self) -> None:
         for name, proc in self.procs.items():
             if name not in self.killed and proc.poll() not in (None, 0):
@@ -146,11 +152,6 @@ class FaultRun:
             return self.count("ack", self.producer_names()) >= n
 
         wait_for(enough, timeout=DEADLINE, interval=0.1, message=f"producers did not reach {n} acked puts")
-
-    def wait_delivering(self, name: str) -> None:
-        before = self.count("deliver", [name])
-        wait_for(lambda: self.count("deliver", [name]) > before, timeout=DEADLINE, interval=0.01,
-                 message=f"{name} delivered nothing")
 
     def kill_consumer(self, name: str) -> None:
         """SIGKILL: no ack, no lock release; its session just stops answering."""
@@ -332,8 +333,12 @@ def consumer_kill(run: FaultRun, replace: bool = False) -> None:
     """SIGKILL a live consumer (not c0) while it is inside consume_message."""
     victims = [n for n in run.live_consumers() if n != "c0"]
     name = random.choice(victims)
-    run.wait_delivering(name)
+    (run.workdir / f"hold-{name}").touch()  # its next item blocks inside consume_message
+    wait_for(lambda: run.count("holding", [name]) > 0, timeout=DEADLINE, interval=0.05,
+             message=f"{name} never got an item to hold")
     run.kill_consumer(name)
+    held = [e["id"] for e in run._events(name) if e["ev"] == "holding"]
+    run.held_when_killed.extend(held)
     if replace:
         run.start_consumer()
 

@@ -83,9 +83,14 @@ def consume(cfg: dict, journal: Journal, stop: threading.Event) -> None:
     client = _client(cfg, journal, stop)
     item_seconds = cfg.get("item_seconds", 0.0)
 
+    hold_file = cfg.get("hold_file")
+
     def on_item(item: str) -> None:
         session = client.client_id[0] if client.client_id else None
         journal.write("deliver", id=item, sid=session)
+        if hold_file and os.path.exists(hold_file):
+            journal.write("holding", id=item)  # the test SIGKILLs us now: provably mid-item
+            stop.wait()
         if item_seconds:
             time.sleep(item_seconds)  # "work": a SIGKILL now lands mid-item
 
