@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--hosts", default=None)
-    parser.add_argument("--warmup", type=int, default=3000, help="items run through every workload first, untimed")
+    parser.add_argument("--warmup", type=int, default=10_000, help="items run through every workload first, untimed")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     payload = b"x" * args.size
