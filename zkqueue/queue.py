@@ -289,6 +289,8 @@ class DistributedQueue(Generic[T]):
                     f"lock path {self._lock_path!r} must not contain the queue path {self._queue_path!r}"
                 )
         self._quarantine_path = naming.validate_path(quarantine_path or self._queue_path + "-quarantine")
+        #: Receipts of no-lock takes (see _delete_with_receipts); a sibling of the queue, like the quarantine.
+        self._receipt_path = self._queue_path + "-receipts"
         if self._quarantine_path == self._queue_path or self._quarantine_path.startswith(self._queue_path + "/"):
             raise ConfigurationError(
                 f"quarantine path {self._quarantine_path!r} must not be the queue path or inside it"
@@ -449,6 +451,8 @@ class DistributedQueue(Generic[T]):
                 self._client.ensure_path(self._lock_path)
             if self._consumer is not None:
                 self._client.ensure_path(self._quarantine_path)
+                if self._lock_path is None:
+                    self._client.ensure_path(self._receipt_path)
         except NoAuthError as exc:
             self._state = _State.STOPPED
             raise _map_error(exc) from exc
@@ -1043,13 +1047,7 @@ class DistributedQueue(Generic[T]):
             entries.append((name, items, data, stat.version))
         if not groups:
             return handled
-        results = self._commit_groups(groups, retry_connection=True)
-        if len(groups) <= _MAX_OPS_PER_MULTI and all(
-            not ok and isinstance(err, NoNodeError) and getattr(err, "_zkq_ambiguous", False) for ok, err in results
-        ):
-            # The reply to our delete multi was lost and now every node is gone: a multi is atomic, so it
-            # committed (one chunk) -- these items are ours to deliver, not another consumer's.
-            results = [(True, None)] * len(results)
+        results = self._delete_with_receipts(groups)
         deliver: list[_Outcome] = []
         for (name, items, data, version), (ok, err) in zip(entries, results):
             handled.append(name)
@@ -1062,6 +1060,69 @@ class DistributedQueue(Generic[T]):
                 self._count("loop_errors")
         self._deliver_all(deliver, ack=None)
         return handled
+
+    def _delete_with_receipts(self, groups: list[list[Any]]) -> list[tuple[bool, Any]]:
+        """Commit the delete groups of a no-lock take; every multi also creates a receipt node.
+
+        When a reply is lost, the receipt tells exactly whether *this* consumer's multi committed (the receipt
+        exists) or not: "every node is gone" cannot, since a competing consumer may have taken them. So an item
+        is delivered only by the consumer whose delete committed: at-most-once, and nothing lost to a lost
+        reply. Receipts are deleted right after use; one can only be left behind by a crash at that moment.
+        """
+        outcome: list[tuple[bool, Any] | None] = [None] * len(groups)
+        pending = list(range(len(groups)))
+        failures = 0
+        while pending:
+            # After two contended rounds, one multi per item (pipelined), so one lost race costs one item.
+            chunks = [pending[: _MAX_OPS_PER_MULTI - 1]] if failures < 2 else [[g] for g in pending]
+            sent = []
+            for chunk in chunks:
+                receipt = naming.join(self._receipt_path, "r-" + self._next_token())
+                ops = [_create_op(receipt, b"")] + [op for g in chunk for op in groups[g]]
+                sent.append((chunk, receipt, protocol.run_multi_async(self._client, ops, limit=self._jute_max_buffer)))
+            for chunk, receipt, pending_result in sent:
+                try:
+                    result = pending_result.get()
+                except _CONNECTION_ERRORS as exc:
+                    if self._receipt_committed(receipt, exc):
+                        self._finish_chunk(chunk, receipt, outcome, pending)
+                    continue  # not committed: the chunk stays pending and is sent again
+                if result.ok:
+                    self._finish_chunk(chunk, receipt, outcome, pending)
+                    continue
+                if result.failed_index == 0:
+                    if isinstance(result.failure, NoNodeError):
+                        self._client.ensure_path(self._receipt_path)
+                        continue
+                    raise result.failure if result.failure is not None else RuntimeError("receipt create failed")
+                if result.failed_index is None:
+                    raise result.failure if result.failure is not None else RuntimeError("multi failed")
+                g = chunk[result.failed_index - 1]
+                outcome[g] = (False, result.failure)
+                pending.remove(g)
+                failures += 1
+        return [o if o is not None else (False, None) for o in outcome]
+
+    def _finish_chunk(self, chunk: list[int], receipt: str, outcome: list[Any], pending: list[int]) -> None:
+        for g in chunk:
+            outcome[g] = (True, None)
+            pending.remove(g)
+        self._client.delete_async(receipt)  # best effort; a leftover receipt is a few bytes, harmless
+
+    def _receipt_committed(self, receipt: str, first_error: BaseException) -> bool:
+        """After a lost reply: did the multi that creates ``receipt`` commit?"""
+        log.warning("take on %s lost its reply (%r); checking its receipt", self._queue_path, first_error)
+        for _ in range(5):
+            if not self._wait_connected(30.0):
+                break
+            try:
+                return self._client.exists(receipt) is not None
+            except _CONNECTION_ERRORS:
+                continue
+        raise QueueStateError(
+            f"could not learn whether a take on {self._queue_path} committed (receipt {receipt}); the items of "
+            "that take are not delivered if it did (at-most-once)"
+        )
 
     # -- lock-safe mode
     def _next_token(self) -> str:
@@ -1111,9 +1172,12 @@ class DistributedQueue(Generic[T]):
                 candidates = still
                 continue
             lock_path_missing = []
+            unsure: list[_Held] = []
             for h, (ok, err) in zip(helds, results):
                 if ok:
                     held_all.append(h)
+                elif isinstance(err, _CONNECTION_ERRORS):
+                    unsure.append(h)  # the request may have committed: we may hold this lock
                 elif isinstance(err, NodeExistsError):
                     locked = True
                     self._count("lock_conflicts")
@@ -1126,10 +1190,25 @@ class DistributedQueue(Generic[T]):
                     log.warning("could not lock %s: %r", h.path, err)
                     self._count("lock_conflicts")
                     locked = True
+            if unsure:
+                # A lock request whose reply was lost: our fence exists exactly when it committed. Without this
+                # check a committed lock would be held by nobody who knows it, stalling the item for every
+                # consumer until this session ends.
+                log.warning("%d lock request(s) on %s lost their reply; checking fences", len(unsure), self._queue_path)
+                if not self._wait_connected(30.0):
+                    self._release(unsure)  # deferred until connected; fenced, so harmless if not ours
+                else:
+                    checks = protocol.get_many(self._client, [h.fence for h in unsure])
+                    for h, res in zip(unsure, checks):
+                        if isinstance(res, BaseException):
+                            lock_path_missing.append(h.name)  # not committed: try it again
+                        else:
+                            held_all.append(h)
             if not lock_path_missing:
                 break
-            log.warning("lock path %s is gone; recreating it", self._lock_path)
-            self._client.ensure_path(self._lock_path)
+            if not unsure:
+                log.warning("lock path %s is gone; recreating it", self._lock_path)
+                self._client.ensure_path(self._lock_path)
             candidates = lock_path_missing
         return held_all, gone, locked
 
@@ -1173,9 +1252,15 @@ class DistributedQueue(Generic[T]):
             with self._deferred_lock:
                 self._deferred_releases.extend(held)
             return
+        retry: list[_Held] = []
         for h, (ok, err) in zip(held, results):
-            if not ok and not isinstance(err, NoNodeError):
+            if not ok and isinstance(err, _CONNECTION_ERRORS):
+                retry.append(h)  # the fence makes a repeat harmless
+            elif not ok and not isinstance(err, NoNodeError):
                 log.warning("releasing %s: %r", h.path, err)
+        if retry:
+            with self._deferred_lock:
+                self._deferred_releases.extend(retry)
 
     def _ack(self, outcomes: list[_Outcome]) -> None:
         """Finish consumed items: delete (fenced) or requeue per the error mode. Work that fails for lack of
@@ -1216,6 +1301,12 @@ class DistributedQueue(Generic[T]):
             if ok:
                 if o.error is not None:
                     self._count("deleted_on_error")
+            elif isinstance(err, _CONNECTION_ERRORS):
+                # Outcome unknown: retry later. The fence makes the retry safe, and the ambiguity flag lets
+                # the retry recognise our own earlier commit.
+                o.ambiguous = True
+                with self._deferred_lock:
+                    self._deferred_acks.append(o)
             else:
                 if o.ambiguous and err is not None:
                     try:

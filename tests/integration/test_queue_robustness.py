@@ -144,25 +144,41 @@ def _lose_first_reply(monkeypatch, match) -> list:
 
     from zkqueue import protocol
 
-    real = protocol.run_multi
+    real_async = protocol.run_multi_async
     lost: list = []
 
-    def run_multi(client, ops, **kwargs):
-        result = real(client, ops, **kwargs)
-        ops = list(ops)
-        if not lost and result.ok and match(ops):
-            lost.append(ops)
-            raise ConnectionLoss()
-        return result
+    class ReplyMaybeLost:
+        def __init__(self, inner, ops) -> None:
+            self.inner, self.ops = inner, ops
 
+        def get(self, *args, **kwargs):
+            result = self.inner.get(*args, **kwargs)
+            if not lost and result.ok and match(self.ops):
+                lost.append(self.ops)
+                raise ConnectionLoss()
+            return result
+
+    def run_multi_async(client, ops, **kwargs):
+        ops = list(ops)
+        return ReplyMaybeLost(real_async(client, ops, **kwargs), ops)
+
+    def run_multi(client, ops, **kwargs):
+        return run_multi_async(client, ops, limit=kwargs.get("limit")).get(timeout=kwargs.get("timeout"))
+
+    monkeypatch.setattr(protocol, "run_multi_async", run_multi_async)
     monkeypatch.setattr(protocol, "run_multi", run_multi)
     return lost
 
 
-def test_plain_delete_reply_lost_still_delivers_once(zk_client, monkeypatch) -> None:
-    from zkqueue.protocol import DeleteOp
+def _is_take(ops) -> bool:
+    """A no-lock take: a receipt create followed by item deletes."""
+    from zkqueue.protocol import CreateOp, DeleteOp
 
-    lost = _lose_first_reply(monkeypatch, lambda ops: all(isinstance(op, DeleteOp) for op in ops))
+    return isinstance(ops[0], CreateOp) and len(ops) > 1 and all(isinstance(op, DeleteOp) for op in ops[1:])
+
+
+def test_plain_delete_reply_lost_still_delivers_once(zk_client, monkeypatch) -> None:
+    lost = _lose_first_reply(monkeypatch, _is_take)
     got: list = []
     with QueueBuilder.builder(zk_client, got.append, JsonSerializer(), QPATH).build_queue() as q:
         q.put_multi([1, 2])
@@ -170,6 +186,51 @@ def test_plain_delete_reply_lost_still_delivers_once(zk_client, monkeypatch) -> 
         wait_for(lambda: got == [1, 2, 3], message=f"got {got}")
         assert lost, "the fault was not injected"
         assert q.stats().lost_races == 0
+    assert zk_client.get_children(QPATH + "-receipts") == []  # receipts are cleaned up
+
+
+def test_plain_take_lost_to_a_competitor_is_not_delivered(zk_client_factory, monkeypatch) -> None:
+    """Regression (found by the fault suite): after a lost reply, items another consumer deleted meanwhile must
+    not be delivered again. The receipt of our multi decides, not whether the items are gone."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from zkqueue import framing, protocol
+
+    producer = zk_client_factory()
+    rival = zk_client_factory()
+    producer.ensure_path(QPATH)
+    for i in range(3):
+        producer.create(QPATH + "/queue-", framing.encode_items([str(i).encode()]), sequence=True)
+    real_async = protocol.run_multi_async
+    injected: list = []
+
+    class RivalWinsThenReplyLost:
+        """Our take never reaches the server: a rival deletes the items, and we see a lost reply."""
+
+        def __init__(self, ops) -> None:
+            self.ops = ops
+
+        def get(self, *args, **kwargs):
+            for op in self.ops[1:]:
+                rival.delete(op.path)
+            injected.append(self.ops)
+            raise ConnectionLoss()
+
+    def run_multi_async(client, ops, **kwargs):
+        ops = list(ops)
+        if not injected and _is_take(ops):
+            return RivalWinsThenReplyLost(ops)
+        return real_async(client, ops, **kwargs)
+
+    monkeypatch.setattr(protocol, "run_multi_async", run_multi_async)
+    got: list = []
+    consumer = zk_client_factory()
+    with QueueBuilder.builder(consumer, got.append, StrSerializer(), QPATH).build_queue():
+        wait_for(lambda: injected, message="the fault was not injected")
+        wait_for(lambda: producer.get_children(QPATH) == [], message="items should be gone")
+        producer.create(QPATH + "/queue-", framing.encode_items([b"after"]), sequence=True)
+        wait_for(lambda: got == ["after"], message=f"got {got}")
+    assert got == ["after"]  # none of the rival's items was delivered here
 
 
 def test_no_auth_maps_to_queue_permission_error(zk_client) -> None:
