@@ -446,6 +446,7 @@ class DistributedQueue(Generic[T]):
                 raise QueueClosedError(f"queue {self._queue_path} was closed; build a new one")
             self._state = _State.STARTED
         try:
+            self._check_lock_path_is_not_an_item()
             self._client.ensure_path(self._queue_path)
             if self._lock_path is not None:
                 self._client.ensure_path(self._lock_path)
@@ -486,6 +487,17 @@ class DistributedQueue(Generic[T]):
             )
             self._loop_thread.start()
         log.debug("queue %s started", self._queue_path)
+
+    def _check_lock_path_is_not_an_item(self) -> None:
+        """Refuse a lock path that is (or lies under) some queue's item node: its lock children would make that
+        item undeletable for its own consumers."""
+        if self._lock_path is None:
+            return
+        for segment in self._lock_path.strip("/").split("/"):
+            if naming.is_item_name(segment) and naming.sequence_of(segment) is not None:
+                raise LockPathConflictError(
+                    f"lock path {self._lock_path!r} names a queue item node ({segment!r}); use a path of its own"
+                )
 
     def close(self) -> None:
         """Flush background puts (up to final_flush_time), stop consuming, clear listeners. Idempotent."""

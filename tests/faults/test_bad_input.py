@@ -108,8 +108,6 @@ def test_lock_path_node_with_data_is_used_and_left_intact(zk_client) -> None:
     assert zk_client.get("/bad/file-locks")[0] == b"somebody's data"
 
 
-@pytest.mark.xfail(strict=True, reason="engine: a lock path that is another queue's item node is accepted "
-                   "(its locks would make that item undeletable); LockPathConflictError requested")
 def test_lock_path_that_is_an_item_node_is_refused(zk_client) -> None:
     zk_client.create("/bad/other/queue-0000000001", framing.encode_items([b"z"]), makepath=True)
     q = QueueBuilder.builder(zk_client, print, StrSerializer(), "/bad/q2").lock_path("/bad/other/queue-0000000001")
