@@ -80,6 +80,8 @@ _CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError
 _REQUEST_OVERHEAD = 512
 #: Most ops we put in one multi (ZooKeeper has no op-count limit; this keeps latency of one request sane).
 _MAX_OPS_PER_MULTI = 1000
+#: Lock-safe batches at least this big are acked on the ack thread (overlapping the next batch's locking).
+_ASYNC_ACK_MIN_ITEMS = 8
 #: Background put multis in flight at once.
 _PUTS_PIPELINED = 3
 #: How long a lock-safe consumer waits before retrying items another consumer held.
@@ -1248,7 +1250,14 @@ class DistributedQueue(Generic[T]):
                 handled.append(h.name)
                 continue
             outcomes.append(_Outcome(h, h.name, data, stat.version, items))
-        self._deliver_all(outcomes, ack=self._acker.submit if self._acker is not None else self._ack)
+        ack = self._ack
+        if self._acker is not None:
+            # The previous batch's acks ran while this batch was locked and read; let them land before the
+            # consumer sees new items, so at most one batch is ever consumed-but-unacked.
+            self._acker.drain()
+            if len(outcomes) >= _ASYNC_ACK_MIN_ITEMS:
+                ack = self._acker.submit  # small batches are about latency: ack them right away
+        self._deliver_all(outcomes, ack=ack)
         handled.extend(o.name for o in outcomes)
         return handled, locked
 
