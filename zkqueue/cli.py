@@ -165,7 +165,9 @@ def consume(
     except ZkQueueError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
-        client.stop()  # first: locks of unacked items vanish with the session
+        if queue is not None:
+            queue.flush_acks(timeout=30)  # what was printed is acked before the session ends
+        client.stop()  # then: the lock of an item held past --count vanishes with the session
         done.set()
         if queue is not None:
             queue.close()
