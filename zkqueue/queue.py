@@ -25,6 +25,7 @@ deleted after the consumer returned (at-least-once: a crash before the ack means
 
 from __future__ import annotations
 
+import copy
 import enum
 import hashlib
 import logging
@@ -127,6 +128,18 @@ class _PutRequest:
     multi: bool
 
 
+class _GroupSlot:
+    """One foreground put waiting in a group commit (see DistributedQueue._group_put)."""
+
+    __slots__ = ("req", "done", "created", "error")
+
+    def __init__(self, req: _PutRequest) -> None:
+        self.req = req
+        self.done = False
+        self.created: str | None = None
+        self.error: BaseException | None = None
+
+
 @dataclass
 class _Held:
     """A lock-safe consumer's claim on one item node."""
@@ -172,6 +185,16 @@ def _map_error(exc: BaseException) -> BaseException:
         err.__cause__ = exc
         return err
     return exc
+
+
+def _copy_error(exc: BaseException) -> BaseException:
+    """A copy of ``exc`` for one more thread to raise (a shared exception object's traceback would mix)."""
+    try:
+        dup = copy.copy(exc)
+        dup.__traceback__ = None
+        return dup
+    except Exception:
+        return exc
 
 
 class _Acker:
@@ -357,6 +380,10 @@ class DistributedQueue(Generic[T]):
         self._bound_lock = threading.Lock()
         self._own_lock = threading.Lock()
         self._own_unlisted: list[int] = []
+        # foreground puts of unbounded queues: group commit (see _group_put)
+        self._group_cond = threading.Condition()
+        self._group_waiting: deque[_GroupSlot] = deque()
+        self._group_sending = False
 
     # ------------------------------------------------------------------------------------------ properties
     @property
@@ -696,6 +723,8 @@ class DistributedQueue(Generic[T]):
                 self._put_queue.append(_PutRequest(prefix, data, item, multi))
                 self._put_cond.notify_all()
             return True
+        if self._max_items is None:
+            return self._group_put(_PutRequest(prefix, data, item, multi))
         try:
             created = self._client.create(prefix, data, sequence=True)
         except Exception as exc:
@@ -709,6 +738,92 @@ class DistributedQueue(Generic[T]):
         self._count("put_ok")
         self._notify_put(_PutRequest(prefix, data, item, multi))
         return True
+
+    # -- foreground puts of unbounded queues: group commit
+    def _group_put(self, req: _PutRequest) -> bool:
+        """Create ``req``'s node now, coalescing with concurrent foreground puts (leader/follower group commit).
+
+        A caller finding nothing in flight sends at once (a lone thread pays no added latency: a batch of one is
+        a plain create). Callers arriving while a request is in flight wait; when it completes, one of them
+        sends everything waiting (within one multi's size budget) as ONE multi. Each caller still blocks until
+        its own node is committed and gets its own result or error; listeners and stats run in the caller's
+        thread as for a single create. Bounded queues do not come here (their puts run one at a time).
+        """
+        slot = _GroupSlot(req)
+        with self._group_cond:
+            self._group_waiting.append(slot)
+        while True:
+            with self._group_cond:
+                while not slot.done and self._group_sending:
+                    self._group_cond.wait()
+                if slot.done:
+                    break
+                self._group_sending = True
+                batch = self._take_group()
+            try:
+                self._commit_group(batch)
+            finally:
+                with self._group_cond:
+                    for s in batch:
+                        if not s.done:  # only when something escaped _commit_group (e.g. KeyboardInterrupt)
+                            s.error = QueueStateError(f"put to {s.req.prefix} was interrupted; outcome unknown")
+                            s.done = True
+                    self._group_sending = False
+                    self._group_cond.notify_all()
+        if slot.error is not None:
+            self._count("put_failed")
+            exc = _map_error(slot.error)
+            if exc is slot.error:
+                raise exc
+            raise exc from slot.error
+        self._count("put_ok")
+        self._notify_put(req)
+        return True
+
+    def _take_group(self) -> list[_GroupSlot]:
+        """Pop up to one multi's worth of waiting foreground puts (caller holds ``_group_cond``); the same
+        budget as the background put thread's batches."""
+        budget = self._jute_max_buffer - 4096
+        batch: list[_GroupSlot] = []
+        size = 0
+        while self._group_waiting and len(batch) < _MAX_OPS_PER_MULTI:
+            req = self._group_waiting[0].req
+            req_size = len(req.data) + len(req.prefix) * 4 + 64 + self._chroot_len
+            if batch and size + req_size > budget:
+                break
+            batch.append(self._group_waiting.popleft())
+            size += req_size
+        return batch
+
+    def _commit_group(self, batch: list[_GroupSlot]) -> None:
+        """Create the nodes of ``batch`` (in order) and record each slot's outcome; never raises for an op."""
+        if len(batch) > 1:
+            ops = [_create_op(s.req.prefix, s.req.data, sequence=True) for s in batch]
+            result = None
+            try:
+                result = protocol.run_multi(self._client, ops, limit=self._jute_max_buffer)
+            except _CONNECTION_ERRORS as exc:
+                # Outcome unknown, exactly as for a single create whose reply was lost: every caller of the
+                # group gets the connection error (retrying may store the items twice: at-least-once).
+                for s in batch:
+                    s.error = _copy_error(exc)
+                    s.done = True
+                return
+            except Exception:
+                log.debug("group put multi of %d on %s failed to send; creating one by one", len(batch),
+                          self._queue_path, exc_info=True)
+            if result is not None and result.ok:
+                for s, created in zip(batch, result.results):
+                    s.created = created
+                    s.done = True
+                return
+            # All-or-nothing: one bad op failed the multi; create one by one so each caller gets its own outcome.
+        for s in batch:
+            try:
+                s.created = self._client.create(s.req.prefix, s.req.data, sequence=True)
+            except Exception as exc:
+                s.error = exc
+            s.done = True
 
     def _notify_put(self, req: _PutRequest) -> None:
         if req.multi:
