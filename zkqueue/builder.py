@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Executor
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Sequence, TypeVar
 
 from kazoo.client import KazooClient
+from kazoo.security import ACL
 
 from . import naming
 from .errors import ConfigurationError
@@ -109,6 +110,24 @@ class QueueBuilder(Generic[T]):
         if style not in ("qualified", "curator"):
             raise ConfigurationError(f"lock_names must be 'qualified' or 'curator', got {style!r}")
         self._options["lock_names"] = style
+        return self
+
+    def acl(self, acl: Sequence[ACL]) -> "QueueBuilder[T]":
+        """ACL of every node the queue creates: the queue, lock and quarantine nodes, items, locks and fences
+        (see ``zkqueue.security.queue_acl``). Default: the client's ``default_acl``."""
+        entries = list(acl)
+        if not entries or not all(isinstance(a, ACL) for a in entries):
+            raise ConfigurationError("acl must be a non-empty list of kazoo ACL entries (zkqueue.security.queue_acl)")
+        self._options["acl"] = entries
+        return self
+
+    def auth(self, credential: str, scheme: str = "digest") -> "QueueBuilder[T]":
+        """Credentials the queue adds to its client at start(): ``auth("user:password")`` for digest."""
+        if scheme == "digest":
+            from .security import parse_auth  # noqa: PLC0415
+
+            parse_auth(credential)  # a clear error for a malformed "user:password"
+        self._options["auth"] = [*self._options.get("auth", []), (scheme, credential)]
         return self
 
     # -- build

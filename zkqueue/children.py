@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError, SessionExpiredError
@@ -49,11 +49,13 @@ class ChildrenCache:
         on_state: Callable[[str], None] | None = None,
         name: str | None = None,
         lazy: bool = False,
+        acl: Any = None,
     ) -> None:
         """``lazy``: a watch event only marks the cache stale; the relisting happens when somebody waits for
         a change (``wait_for_change``) or right away if somebody already waits. A consumer working through a
         big snapshot then relists once per pass instead of once per change it causes."""
         self._client = client
+        self._acl = acl  # for recreating a deleted queue node with the queue's ACL
         self._lazy = lazy
         self._stale = False
         self._waiters = 0
@@ -243,7 +245,7 @@ class ChildrenCache:
         if self._closed:
             return
         try:
-            self._client.ensure_path(self._path)
+            self._client.ensure_path(self._path, acl=self._acl)
             self.recreated += 1
         except Exception as exc:
             log.warning("could not recreate %s: %r", self._path, exc)

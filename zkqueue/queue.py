@@ -165,8 +165,10 @@ class _Outcome:
 
 
 # ---------------------------------------------------------------------------------------------- op helpers
-def _create_op(path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False) -> Any:
-    return protocol.CreateOp(path, data, None, ephemeral, sequence)
+def _create_op(
+    path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False, acl: Any = None
+) -> Any:
+    return protocol.CreateOp(path, data, acl, ephemeral, sequence)
 
 
 def _delete_op(path: str, version: int = -1) -> Any:
@@ -290,9 +292,18 @@ class DistributedQueue(Generic[T]):
         min_items_before_refresh: int | None = None,
         refresh_on_watch: bool = False,
         max_batch_bytes: int = 4 * 1024 * 1024,
+        acl: Sequence[Any] | None = None,
+        auth: Sequence[tuple[str, str]] = (),
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
+        #: ACL of every node this queue creates (queue, items, locks, fences, quarantine, receipts); None uses
+        #: the client's default_acl.
+        self._acl = list(acl) if acl is not None else None
+        if self._acl is not None and not self._acl:
+            raise ConfigurationError("acl must hold at least one entry (or be None for the client's default)")
+        #: (scheme, credential) pairs added to the client at start(), e.g. ("digest", "user:password").
+        self._auth = [tuple(a) for a in auth]
         if serializer is None or not callable(getattr(serializer, "serialize", None)) or not callable(
             getattr(serializer, "deserialize", None)
         ):
@@ -476,13 +487,15 @@ class DistributedQueue(Generic[T]):
             self._state = _State.STARTED
         try:
             self._check_lock_path_is_not_an_item()
-            self._client.ensure_path(self._queue_path)
+            for scheme, credential in self._auth:
+                self._client.add_auth(scheme, credential)
+            self._client.ensure_path(self._queue_path, acl=self._acl)
             if self._lock_path is not None:
-                self._client.ensure_path(self._lock_path)
+                self._client.ensure_path(self._lock_path, acl=self._acl)
             if self._consumer is not None:
-                self._client.ensure_path(self._quarantine_path)
+                self._client.ensure_path(self._quarantine_path, acl=self._acl)
                 if self._lock_path is None:
-                    self._client.ensure_path(self._receipt_path)
+                    self._client.ensure_path(self._receipt_path, acl=self._acl)
         except NoAuthError as exc:
             self._state = _State.STOPPED
             raise _map_error(exc) from exc
@@ -501,6 +514,7 @@ class DistributedQueue(Generic[T]):
                 self._queue_path,
                 name=f"zkqueue-cache-{self._queue_path}",
                 lazy=self._max_items is None,  # bounded puts need every change promptly
+                acl=self._acl,
             )
             self._cache.start()
         if self._put_in_background:
@@ -726,7 +740,7 @@ class DistributedQueue(Generic[T]):
         if self._max_items is None:
             return self._group_put(_PutRequest(prefix, data, item, multi))
         try:
-            created = self._client.create(prefix, data, sequence=True)
+            created = self._client.create(prefix, data, sequence=True, acl=self._acl)
         except Exception as exc:
             self._count("put_failed")
             raise _map_error(exc) from exc
@@ -798,7 +812,7 @@ class DistributedQueue(Generic[T]):
     def _commit_group(self, batch: list[_GroupSlot]) -> None:
         """Create the nodes of ``batch`` (in order) and record each slot's outcome; never raises for an op."""
         if len(batch) > 1:
-            ops = [_create_op(s.req.prefix, s.req.data, sequence=True) for s in batch]
+            ops = [_create_op(s.req.prefix, s.req.data, sequence=True, acl=self._acl) for s in batch]
             result = None
             try:
                 result = protocol.run_multi(self._client, ops, limit=self._jute_max_buffer)
@@ -820,7 +834,7 @@ class DistributedQueue(Generic[T]):
             # All-or-nothing: one bad op failed the multi; create one by one so each caller gets its own outcome.
         for s in batch:
             try:
-                s.created = self._client.create(s.req.prefix, s.req.data, sequence=True)
+                s.created = self._client.create(s.req.prefix, s.req.data, sequence=True, acl=self._acl)
             except Exception as exc:
                 s.error = exc
             s.done = True
@@ -905,7 +919,7 @@ class DistributedQueue(Generic[T]):
                 async_result = None
                 if len(batch) > 1 and self._connected.is_set():
                     try:
-                        ops = [_create_op(req.prefix, req.data, sequence=True) for req in batch]
+                        ops = [_create_op(req.prefix, req.data, sequence=True, acl=self._acl) for req in batch]
                         async_result = protocol.run_multi_async(self._client, ops, limit=self._jute_max_buffer)
                     except Exception:
                         log.debug("could not send a put batch asynchronously; sending it in order", exc_info=True)
@@ -955,7 +969,7 @@ class DistributedQueue(Generic[T]):
         if len(batch) == 1:
             self._send_single_put(batch[0])
             return
-        ops = [_create_op(req.prefix, req.data, sequence=True) for req in batch]
+        ops = [_create_op(req.prefix, req.data, sequence=True, acl=self._acl) for req in batch]
         try:
             result = self._with_reconnect(
                 lambda: protocol.run_multi(self._client, ops, limit=self._jute_max_buffer), f"put batch of {len(batch)}"
@@ -968,7 +982,9 @@ class DistributedQueue(Generic[T]):
 
     def _send_single_put(self, req: _PutRequest) -> None:
         try:
-            self._with_reconnect(lambda: self._client.create(req.prefix, req.data, sequence=True), "put")
+            self._with_reconnect(
+                lambda: self._client.create(req.prefix, req.data, sequence=True, acl=self._acl), "put"
+            )
         except Exception as exc:
             self._notify_put_failed(req, _map_error(exc))
             return
@@ -1207,7 +1223,7 @@ class DistributedQueue(Generic[T]):
             sent = []
             for chunk in chunks:
                 receipt = naming.join(self._receipt_path, "r-" + self._next_token())
-                ops = [_create_op(receipt, b"")] + [op for g in chunk for op in groups[g]]
+                ops = [_create_op(receipt, b"", acl=self._acl)] + [op for g in chunk for op in groups[g]]
                 sent.append((chunk, receipt, protocol.run_multi_async(self._client, ops, limit=self._jute_max_buffer)))
             for chunk, receipt, pending_result in sent:
                 try:
@@ -1221,7 +1237,7 @@ class DistributedQueue(Generic[T]):
                     continue
                 if result.failed_index == 0:
                     if isinstance(result.failure, NoNodeError):
-                        self._client.ensure_path(self._receipt_path)
+                        self._client.ensure_path(self._receipt_path, acl=self._acl)
                         continue
                     raise result.failure if result.failure is not None else RuntimeError("receipt create failed")
                 if result.failed_index is None:
@@ -1281,7 +1297,10 @@ class DistributedQueue(Generic[T]):
                     _Held(name, path, naming.join(self._lock_path, self._lock_name(name)), path + "/lock-" + token)
                 )
             groups = [
-                [_create_op(h.lock, self._lock_data, ephemeral=True), _create_op(h.fence, b"", ephemeral=True)]
+                [
+                    _create_op(h.lock, self._lock_data, ephemeral=True, acl=self._acl),
+                    _create_op(h.fence, b"", ephemeral=True, acl=self._acl),
+                ]
                 for h in helds
             ]
             try:
@@ -1337,7 +1356,7 @@ class DistributedQueue(Generic[T]):
                 break
             if not unsure:
                 log.warning("lock path %s is gone; recreating it", self._lock_path)
-                self._client.ensure_path(self._lock_path)
+                self._client.ensure_path(self._lock_path, acl=self._acl)
             candidates = lock_path_missing
         return held_all, gone, locked
 
@@ -1503,7 +1522,7 @@ class DistributedQueue(Generic[T]):
         ops = [
             _delete_op(h.fence),
             _delete_op(h.path, o.version),
-            _create_op(prefix, data, sequence=True),
+            _create_op(prefix, data, sequence=True, acl=self._acl),
             _delete_op(h.lock),
         ]
         result = self._run_multi_retrying(ops)
@@ -1545,7 +1564,9 @@ class DistributedQueue(Generic[T]):
                 groups.append([_delete_op(path)])
             else:
                 lock = naming.join(self._lock_path, self._lock_name(name))
-                groups.append([_create_op(lock, self._lock_data, ephemeral=True), _delete_op(path), _delete_op(lock)])
+                groups.append(
+                    [_create_op(lock, self._lock_data, ephemeral=True, acl=self._acl), _delete_op(path), _delete_op(lock)]
+                )
         if not groups:
             return 0
         removed = 0
@@ -1581,7 +1602,7 @@ class DistributedQueue(Generic[T]):
             ops: list[Any] = []
             if held is not None:
                 ops.append(_delete_op(held.fence))
-            ops.append(_create_op(target + ("-" if sequence else ""), data or b"", sequence=sequence))
+            ops.append(_create_op(target + ("-" if sequence else ""), data or b"", sequence=sequence, acl=self._acl))
             ops.append(_delete_op(naming.join(self._queue_path, name), version))
             if held is not None:
                 ops.append(_delete_op(held.lock))
@@ -1594,7 +1615,7 @@ class DistributedQueue(Generic[T]):
             if isinstance(result.failure, NodeExistsError) and not sequence:
                 continue
             if isinstance(result.failure, NoNodeError) and result.failed_index == (1 if held is not None else 0):
-                self._client.ensure_path(self._quarantine_path)
+                self._client.ensure_path(self._quarantine_path, acl=self._acl)
                 continue
             log.warning("could not quarantine %s/%s (%s): %r", self._queue_path, name, reason, result.failure)
             self._count("lost_races")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 import pytest
@@ -58,8 +57,13 @@ def test_curator_and_zkqueue_lock_safe_consumers_share_a_queue(peer, zk_client_f
     got: list = []
     lock = threading.Lock()
 
+    curator = None
+
     def consume(item) -> None:
-        time.sleep(0.002)  # simulated work, so the Curator consumer gets a share
+        if not got:
+            # Hold the first item (and its batch's locks) until Curator has taken something, so both
+            # consumers really work the same queue at the same time, however fast either one is.
+            wait_for(lambda: curator is not None and curator.items(), timeout=30, message="Curator took nothing")
         with lock:
             got.append(item)
 
