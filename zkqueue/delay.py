@@ -72,17 +72,14 @@ class DistributedDelayQueue(DistributedQueue[T]):
         """Add ``item``, to be handed out no earlier than ``delay_until_epoch_ms`` (epoch ms, > 0; a past
         time means now)."""
         self._check_started()
-        prefix = naming.join(self.queue_path, naming.delay_prefix(delay_until_epoch_ms))
-        return self._put_framed(self._frame([item]), prefix, item, multi=False, timeout=timeout)
+        return self._put_one(naming.join(self.queue_path, naming.delay_prefix(delay_until_epoch_ms)), item, timeout)
 
     def put_multi(  # type: ignore[override]
         self, items: Iterable[T], delay_until_epoch_ms: int, timeout: float | None = None
     ) -> bool:
         """Add ``items`` in ONE znode due at ``delay_until_epoch_ms``."""
         self._check_started()
-        prefix = naming.join(self.queue_path, naming.delay_prefix(delay_until_epoch_ms))
-        items = list(items)
-        return self._put_framed(self._frame(items), prefix, items, multi=True, timeout=timeout)
+        return self._put_many(naming.join(self.queue_path, naming.delay_prefix(delay_until_epoch_ms)), items, timeout)
 
     # -- hooks
     def get_delay(self, item_node: str) -> float:

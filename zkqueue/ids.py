@@ -26,17 +26,14 @@ class DistributedIdQueue(DistributedQueue[T]):
     def put(self, item: T, item_id: str, timeout: float | None = None) -> bool:  # type: ignore[override]
         """Add ``item`` under ``item_id`` (any non-empty str)."""
         self._check_started()
-        prefix = naming.join(self.queue_path, naming.id_prefix(item_id))
-        return self._put_framed(self._frame([item]), prefix, item, multi=False, timeout=timeout)
+        return self._put_one(naming.join(self.queue_path, naming.id_prefix(item_id)), item, timeout)
 
     def put_multi(  # type: ignore[override]
         self, items: Iterable[T], item_id: str, timeout: float | None = None
     ) -> bool:
         """Add ``items`` in ONE znode under ``item_id`` (Curator's id queue has no putMulti; this is an extra)."""
         self._check_started()
-        prefix = naming.join(self.queue_path, naming.id_prefix(item_id))
-        items = list(items)
-        return self._put_framed(self._frame(items), prefix, items, multi=True, timeout=timeout)
+        return self._put_many(naming.join(self.queue_path, naming.id_prefix(item_id)), items, timeout)
 
     # -- id operations
     def _names_with_id(self, item_id: str) -> list[str]:

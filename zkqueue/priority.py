@@ -61,17 +61,14 @@ class DistributedPriorityQueue(DistributedQueue[T]):
     def put(self, item: T, priority: int, timeout: float | None = None) -> bool:  # type: ignore[override]
         """Add ``item`` with ``priority`` (any 32-bit signed int; lower comes out first)."""
         self._check_started()
-        prefix = naming.join(self.queue_path, naming.priority_prefix(priority))
-        return self._put_framed(self._frame([item]), prefix, item, multi=False, timeout=timeout)
+        return self._put_one(naming.join(self.queue_path, naming.priority_prefix(priority)), item, timeout)
 
     def put_multi(  # type: ignore[override]
         self, items: Iterable[T], priority: int, timeout: float | None = None
     ) -> bool:
         """Add ``items`` in ONE znode with ``priority``; a consumer gets them together, in order."""
         self._check_started()
-        prefix = naming.join(self.queue_path, naming.priority_prefix(priority))
-        items = list(items)
-        return self._put_framed(self._frame(items), prefix, items, multi=True, timeout=timeout)
+        return self._put_many(naming.join(self.queue_path, naming.priority_prefix(priority)), items, timeout)
 
     # -- hooks
     def sort_children(self, names: list[str]) -> list[str]:

@@ -650,19 +650,25 @@ class DistributedQueue(Generic[T]):
         ``put_listeners`` (``put_failed``) and ``stats().put_failed``.
         """
         self._check_started()
-        data = framing.encode_items([self._serialize(item)])
-        return self._put_framed(data, self.make_item_path(), item, multi=False, timeout=timeout)
+        return self._put_one(self.make_item_path(), item, timeout)
 
     def put_multi(self, items: Iterable[T], timeout: float | None = None) -> bool:
         """Add several items in ONE znode (Curator's MultiItem format); consumers get them in order."""
         self._check_started()
-        items = list(items)
-        data = framing.encode_items([self._serialize(i) for i in items])
-        return self._put_framed(data, self.make_item_path(), items, multi=True, timeout=timeout)
+        return self._put_many(self.make_item_path(), items, timeout)
 
     def _frame(self, items: Iterable[Any]) -> bytes:
         """Serialize and frame ``items`` for one znode (Curator's ItemSerializer)."""
         return framing.encode_items([self._serialize(i) for i in items])
+
+    def _put_one(self, prefix: str, item: Any, timeout: float | None) -> bool:
+        """Frame one item and store it at ``prefix`` (the put of every queue kind; recipes choose the prefix)."""
+        return self._put_framed(self._frame([item]), prefix, item, multi=False, timeout=timeout)
+
+    def _put_many(self, prefix: str, items: Iterable[Any], timeout: float | None) -> bool:
+        """Frame ``items`` into ONE znode at ``prefix`` (the put_multi of every queue kind)."""
+        items = list(items)
+        return self._put_framed(self._frame(items), prefix, items, multi=True, timeout=timeout)
 
     def _put_framed(
         self, data: bytes, prefix: str, item: Any, *, multi: bool = False, timeout: float | None = None
