@@ -21,6 +21,8 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from zkqueue.handler import new_client
+
 log = logging.getLogger("zkqueue.benchmarks.consumer_proc")
 
 
@@ -113,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
-    client = KazooClient(hosts=args.connect, timeout=15.0)
+    # zkqueue runs on its recommended client (zkqueue.handler.new_client: one poll(2) per wait); kazoo's recipes
+    # on kazoo's default client, as their users run them.
+    client = (new_client(args.connect, timeout=15.0) if args.impl == "zkqueue"
+              else KazooClient(hosts=args.connect, timeout=15.0))
     client.start(timeout=30)
     print("READY", flush=True)
     go = sys.stdin.readline().strip()

@@ -29,6 +29,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from zkqueue.interop.curator_peer import THROUGHPUT_JVM_ARGS, CuratorPeer, bench_run, start_bench_consumer
+from zkqueue.handler import new_client
 
 log = logging.getLogger("zkqueue.benchmarks.peers")
 
@@ -58,15 +59,17 @@ class Unsupported(Exception):
     """This implementation has no such feature; the message says why (shown as 'n/a')."""
 
 
-def _client(connect: str) -> KazooClient:
-    client = KazooClient(hosts=connect, timeout=15.0)
+def _client(connect: str, zkqueue_handler: bool = False) -> KazooClient:
+    """A started client; zkqueue's runs use its recommended :func:`zkqueue.handler.new_client`, kazoo's runs
+    kazoo's default handler."""
+    client = new_client(connect, timeout=15.0) if zkqueue_handler else KazooClient(hosts=connect, timeout=15.0)
     client.start(timeout=30)
     return client
 
 
 @contextlib.contextmanager
-def _connected(connect: str):  # type: ignore[no-untyped-def]
-    client = _client(connect)
+def _connected(connect: str, zkqueue_handler: bool = False):  # type: ignore[no-untyped-def]
+    client = _client(connect, zkqueue_handler)
     try:
         yield client
     finally:
@@ -259,7 +262,7 @@ class ZkqueueImpl(Impl):
         from zkqueue.builder import QueueBuilder  # noqa: PLC0415
         from zkqueue.serializers import BytesSerializer  # noqa: PLC0415
 
-        with _connected(self.connect) as client:
+        with _connected(self.connect, zkqueue_handler=True) as client:
             q = QueueBuilder.builder(client, None, BytesSerializer(), path).put_in_background(background).build_queue()
             q.start()
             try:
@@ -333,7 +336,7 @@ class ZkqueueImpl(Impl):
                         all_in.set()
 
         pad = b"x" * max(0, self.size - 4)
-        with _connected(self.connect) as client:
+        with _connected(self.connect, zkqueue_handler=True) as client:
             q = QueueBuilder.builder(client, on_item, BytesSerializer(), path).build_queue()
             q.start()
             try:

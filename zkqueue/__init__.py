@@ -34,6 +34,8 @@ _EXPORTS = {
     "QueueSharderPolicies": "zkqueue.sharder",
     "QueueAllocator": "zkqueue.sharder",
     "LeaderLatch": "zkqueue.sharder",
+    "PollingHandler": "zkqueue.handler",
+    "new_client": "zkqueue.handler",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -42,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.builder import QueueBuilder
     from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer
     from zkqueue.embedded import ZooKeeperEnsemble
+    from zkqueue.handler import PollingHandler, new_client
     from zkqueue.listeners import QueuePutListener
     from zkqueue.queue import DistributedQueue, QueueStats
     from zkqueue.serializers import BytesSerializer, JsonSerializer, QueueSerializer, StrSerializer

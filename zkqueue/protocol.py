@@ -69,8 +69,11 @@ __all__ = [
     "DeleteOp",
     "MultiRead",
     "MultiResult",
+    "PendingMulti",
     "Op",
     "SetDataOp",
+    "call",
+    "create",
     "create_many",
     "delete_many",
     "gather",
@@ -84,6 +87,7 @@ __all__ = [
     "pipeline",
     "run_multi",
     "run_multi_async",
+    "send_multi",
     "split_ops",
 ]
 
@@ -442,7 +446,112 @@ def run_multi(
     Op failures (node exists, no node, bad version, no auth...) come back in the MultiResult, never hidden.
     Errors of the whole request are raised; after ConnectionLoss the outcome is unknown.
     """
-    return run_multi_async(client, ops, limit=limit).get(timeout=timeout)
+    return send_multi(client, ops, limit=limit).result(timeout)
+
+
+class PendingMulti:
+    """A multi sent by :func:`send_multi`; :meth:`result` waits for its :class:`MultiResult`."""
+
+    __slots__ = ("_count", "_reply")
+
+    def __init__(self, reply: _Reply, count: int) -> None:
+        self._reply = reply
+        self._count = count
+
+    def result(self, timeout: float | None = None) -> MultiResult:
+        """The outcome of every op; raises the error of the whole request (ConnectionLoss: outcome unknown)."""
+        results = list(self._reply.get(timeout))
+        if len(results) != self._count:
+            raise RuntimeError(f"multi returned {len(results)} results for {self._count} ops")
+        return MultiResult.from_results(results)
+
+
+def send_multi(client: Any, ops: Iterable[Op], *, limit: int | None = None) -> PendingMulti:
+    """Send ``ops`` as ONE multi transaction without waiting (pipelined with the client's other requests).
+
+    The lighter sibling of :func:`run_multi_async`: no kazoo async result, no completion thread. Bad ops raise
+    TypeError and an oversized request raises ItemTooLargeError here, before anything is sent.
+    """
+    ops = _check_ops(ops)
+    reply = _Reply()
+    if not ops:
+        reply.set([])
+        return PendingMulti(reply, 0)
+    requests = [_to_request(client, op) for op in ops]
+    size = _requests_size(requests)
+    cap = jute_max_buffer(limit)
+    if size > cap:
+        raise ItemTooLargeError(size, cap, f"multi request of {len(ops)} ops")
+    client._call(Transaction(requests), reply)
+    return PendingMulti(reply, len(ops))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Direct synchronous requests
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Reply:
+    """The slot kazoo's connection thread fills with one request's reply (``set``/``set_exception``).
+
+    kazoo's synchronous calls wait through two async results chained on its completion thread (three thread
+    hand-offs per request, a ``functools.wraps`` per call); this is one lock released by the connection thread.
+    Only the first outcome counts (kazoo may report a closed connection twice for one request).
+    """
+
+    __slots__ = ("_done", "_settled", "exception", "value")
+
+    def __init__(self) -> None:
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._settled = False
+        self.value: Any = None
+        self.exception: BaseException | None = None
+
+    def set(self, value: Any = None) -> None:
+        if not self._settled:
+            self._settled = True
+            self.value = value
+            self._release()
+
+    def set_exception(self, exception: BaseException) -> None:
+        if not self._settled:
+            self._settled = True
+            self.exception = exception
+            self._release()
+
+    def _release(self) -> None:
+        try:
+            self._done.release()
+        except RuntimeError:  # already released by a racing second outcome
+            pass
+
+    def get(self, timeout: float | None = None) -> Any:
+        if not self._done.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            raise KazooTimeoutError(f"no reply within {timeout} seconds")
+        self._done.release()
+        if self.exception is not None:
+            raise self.exception
+        return self.value
+
+
+def call(client: Any, request: Any, *, timeout: float | None = None) -> Any:
+    """Send one kazoo request record (``Create``, ``Transaction``, ``MultiRead``...) and wait for its reply.
+
+    The request goes through the client's own queue, in order with every other call; errors are raised as kazoo
+    raises them (a request in flight when the connection drops fails with ConnectionLoss). Paths in the reply
+    keep the chroot, except a ``Transaction``'s (kazoo removes it). With ``timeout`` a missing reply raises
+    ``KazooTimeoutError``; the request may still complete later.
+    """
+    reply = _Reply()
+    client._call(request, reply)
+    return reply.get(timeout)
+
+
+def create(client: Any, op: CreateOp, *, timeout: float | None = None) -> str:
+    """Create one node (``op``) and return its path (with the server's sequence suffix, without the chroot):
+    ``client.create`` through :func:`call`."""
+    return client.unchroot(call(client, _to_request(client, op), timeout=timeout))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -532,6 +641,21 @@ def _chunk_reads(
     return chunks
 
 
+def _read_requests(
+    client: Any, paths: Iterable[str], children: bool, max_ops: int, limit: int | None
+) -> list[MultiRead]:
+    """The multiRead requests (one per chunk, in order) that read ``paths``."""
+    if isinstance(max_ops, bool) or not isinstance(max_ops, int) or max_ops <= 0:
+        raise ConfigurationError(f"max_ops must be a positive int, got {max_ops!r}")
+    paths = list(paths)
+    for path in paths:
+        _check_path(path)
+    opcode = GetChildren.type if children else GetData.type
+    root = _chroot(client)
+    reads = [(opcode, _full_path(root, path)) for path in paths]
+    return [MultiRead(tuple(chunk)) for chunk in _chunk_reads(reads, jute_max_buffer(limit), max_ops)]
+
+
 def multi_read_async(
     client: Any,
     paths: Iterable[str],
@@ -548,26 +672,16 @@ def multi_read_async(
     results are joined in order (so the read is not one atomic snapshot across chunks). Needs ZooKeeper 3.6+.
     Errors of a whole request (ConnectionLoss, SessionExpiredError, closed client) are the result's exception.
     """
-    if isinstance(max_ops, bool) or not isinstance(max_ops, int) or max_ops <= 0:
-        raise ConfigurationError(f"max_ops must be a positive int, got {max_ops!r}")
-    paths = list(paths)
-    for path in paths:
-        _check_path(path)
-    opcode = GetChildren.type if children else GetData.type
-    root = _chroot(client)
-    reads = [(opcode, _full_path(root, path)) for path in paths]
-    chunks = _chunk_reads(reads, jute_max_buffer(limit), max_ops)
-    if len(chunks) == 1:
-        result = client.handler.async_result()
-        client._call(MultiRead(tuple(chunks[0])), result)
-        return result
-    if not chunks:
+    requests = _read_requests(client, paths, children, max_ops, limit)
+    if not requests:
         return _ready(client, [])
     parts = []
-    for chunk in chunks:
+    for request in requests:
         part = client.handler.async_result()
-        client._call(MultiRead(tuple(chunk)), part)
+        client._call(request, part)
         parts.append(part)
+    if len(parts) == 1:
+        return parts[0]
     return _DerivedResult(parts, lambda values: [r for value in values for r in value])
 
 
@@ -580,8 +694,18 @@ def multi_read(
     limit: int | None = None,
     timeout: float | None = None,
 ) -> list[Any]:
-    """Synchronous :func:`multi_read_async`: per path ``(data, ZnodeStat)`` or an exception object."""
-    return multi_read_async(client, paths, children=children, max_ops=max_ops, limit=limit).get(timeout=timeout)
+    """Synchronous :func:`multi_read_async` (through :func:`call`'s lighter reply slots): per path
+    ``(data, ZnodeStat)`` or an exception object. ``timeout`` bounds the whole read."""
+    replies = []
+    for request in _read_requests(client, paths, children, max_ops, limit):
+        reply = _Reply()
+        client._call(request, reply)
+        replies.append(reply)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out: list[Any] = []
+    for reply in replies:
+        out.extend(reply.get(None if deadline is None else deadline - time.monotonic()))
+    return out
 
 
 def _ready(client: Any, value: Any) -> IAsyncResult:

@@ -746,7 +746,7 @@ class DistributedQueue(Generic[T]):
         if self._max_items is None:
             return self._group_put(_PutRequest(prefix, data, item, multi))
         try:
-            created = self._client.create(prefix, data, sequence=True, acl=self._acl)
+            created = protocol.create(self._client, _create_op(prefix, data, sequence=True, acl=self._acl))
         except Exception as exc:
             self._count("put_failed")
             raise _map_error(exc) from exc
@@ -840,7 +840,7 @@ class DistributedQueue(Generic[T]):
             # All-or-nothing: one bad op failed the multi; create one by one so each caller gets its own outcome.
         for s in batch:
             try:
-                s.created = self._client.create(s.req.prefix, s.req.data, sequence=True, acl=self._acl)
+                s.created = protocol.create(self._client, _create_op(s.req.prefix, s.req.data, sequence=True, acl=self._acl))
             except Exception as exc:
                 s.error = exc
             s.done = True
@@ -926,7 +926,7 @@ class DistributedQueue(Generic[T]):
                 if len(batch) > 1 and self._connected.is_set():
                     try:
                         ops = [_create_op(req.prefix, req.data, sequence=True, acl=self._acl) for req in batch]
-                        async_result = protocol.run_multi_async(self._client, ops, limit=self._jute_max_buffer)
+                        async_result = protocol.send_multi(self._client, ops, limit=self._jute_max_buffer)
                     except Exception:
                         log.debug("could not send a put batch asynchronously; sending it in order", exc_info=True)
                         async_result = None
@@ -946,7 +946,7 @@ class DistributedQueue(Generic[T]):
                 self._send_puts(batch)
                 return
             try:
-                result = async_result.get()
+                result = async_result.result()
             except _CONNECTION_ERRORS:
                 self._send_puts(batch)  # unknown outcome: resend (at-least-once, as Curator's retries)
                 return
@@ -989,7 +989,7 @@ class DistributedQueue(Generic[T]):
     def _send_single_put(self, req: _PutRequest) -> None:
         try:
             self._with_reconnect(
-                lambda: self._client.create(req.prefix, req.data, sequence=True, acl=self._acl), "put"
+                lambda: protocol.create(self._client, _create_op(req.prefix, req.data, sequence=True, acl=self._acl)), "put"
             )
         except Exception as exc:
             self._notify_put_failed(req, _map_error(exc))
@@ -1230,10 +1230,10 @@ class DistributedQueue(Generic[T]):
             for chunk in chunks:
                 receipt = naming.join(self._receipt_path, "r-" + self._next_token())
                 ops = [_create_op(receipt, b"", acl=self._acl)] + [op for g in chunk for op in groups[g]]
-                sent.append((chunk, receipt, protocol.run_multi_async(self._client, ops, limit=self._jute_max_buffer)))
+                sent.append((chunk, receipt, protocol.send_multi(self._client, ops, limit=self._jute_max_buffer)))
             for chunk, receipt, pending_result in sent:
                 try:
-                    result = pending_result.get()
+                    result = pending_result.result()
                 except _CONNECTION_ERRORS as exc:
                     if self._receipt_committed(receipt, exc):
                         self._finish_chunk(chunk, receipt, outcome, pending)
@@ -1759,10 +1759,10 @@ class DistributedQueue(Generic[T]):
         self, groups: list[list[Any]], pending: list[int], outcome: list[Any], ambiguous: bool
     ) -> None:
         limit = self._jute_max_buffer
-        asyncs = [(g, protocol.run_multi_async(self._client, groups[g], limit=limit)) for g in pending]
+        asyncs = [(g, protocol.send_multi(self._client, groups[g], limit=limit)) for g in pending]
         for g, async_result in asyncs:
             try:
-                result = async_result.get()
+                result = async_result.result()
             except Exception as exc:
                 outcome[g] = (False, exc)
                 continue

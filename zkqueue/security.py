@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_acl, make_digest_acl_credential
 
 from .errors import ConfigurationError
+from .handler import new_client
 
 #: Permission names accepted by :func:`digest_acl` and :func:`parse_acl`.
 PERMISSIONS = {
@@ -176,8 +177,9 @@ def secure_client(
     tls: TlsOptions | None = None,
     **kazoo_kwargs: Any,
 ) -> KazooClient:
-    """A KazooClient (not started) set up by :func:`client_kwargs`; other keyword arguments go to kazoo."""
-    return KazooClient(hosts=hosts, **client_kwargs(auth=auth, acl=acl, tls=tls), **kazoo_kwargs)
+    """A KazooClient (not started) set up by :func:`client_kwargs`, on :class:`~zkqueue.handler.PollingHandler`
+    unless ``handler`` is given; other keyword arguments go to kazoo."""
+    return new_client(hosts, **client_kwargs(auth=auth, acl=acl, tls=tls), **kazoo_kwargs)
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from kazoo.client import KazooClient, KazooState
 
 from zkqueue.embedded import ZooKeeperEnsemble
 from zkqueue.errors import EnvironmentProblem
+from zkqueue.handler import new_client
 
 log = logging.getLogger("zkqueue.testing")
 
@@ -129,10 +130,11 @@ def unique_chroot(prefix: str = "/t-") -> str:
 
 
 def make_client(hosts: str, **kwargs: Any) -> KazooClient:
-    """A started KazooClient; ``start_timeout`` (default 30 s) bounds the connect."""
+    """A started KazooClient on zkqueue's :class:`~zkqueue.handler.PollingHandler` (pass ``handler`` for
+    another); ``start_timeout`` (default 30 s) bounds the connect."""
     start_timeout = kwargs.pop("start_timeout", 30)
     kwargs.setdefault("timeout", 10.0)
-    client = KazooClient(hosts=hosts, **kwargs)
+    client = new_client(hosts, **kwargs)
     client.start(timeout=start_timeout)
     return client
 

@@ -148,7 +148,7 @@ def test_failing_group_gives_each_caller_its_own_outcome(zk_client, monkeypatch)
     zk_client.create(QPATH + "/readonly", b"", acl=[make_acl("world", "anyone", read=True)])
 
     # Hold the first create in flight until every other caller waits, so they all form ONE group.
-    real_create = zk_client.create
+    real_create = protocol.create
     gate_done = threading.Event()
     n_good = 6
     n_callers = n_good + 2
@@ -159,7 +159,7 @@ def test_failing_group_gives_each_caller_its_own_outcome(zk_client, monkeypatch)
             wait_for(lambda: len(q._group_waiting) == n_callers - 1, timeout=20)
         return real_create(*args, **kwargs)
 
-    monkeypatch.setattr(zk_client, "create", gated_create)
+    monkeypatch.setattr(protocol, "create", gated_create)
     outcomes: dict[str, object] = {}
 
     def put(name: str, prefix: str) -> None:
@@ -219,7 +219,7 @@ def test_oversized_item_among_good_ones(zk_client) -> None:
 def test_queue_deleted_while_a_group_waits(zk_client, monkeypatch) -> None:
     """The queue node is deleted while a group waits: every caller of the group gets its own NoNodeError."""
     q = _producer(zk_client)
-    real_create = zk_client.create
+    real_create = protocol.create
     gate_done = threading.Event()
     n_waiting = 5
 
@@ -232,7 +232,7 @@ def test_queue_deleted_while_a_group_waits(zk_client, monkeypatch) -> None:
             return result
         return real_create(*args, **kwargs)
 
-    monkeypatch.setattr(zk_client, "create", gated_create)
+    monkeypatch.setattr(protocol, "create", gated_create)
     outcomes: dict[int, object] = {}
 
     def put(i: int) -> None:

@@ -38,6 +38,8 @@ from zkqueue.protocol import (
     DeleteOp,
     MultiResult,
     SetDataOp,
+    call,
+    create,
     create_many,
     delete_many,
     get_many,
@@ -49,6 +51,7 @@ from zkqueue.protocol import (
     pipeline,
     run_multi,
     run_multi_async,
+    send_multi,
     split_ops,
 )
 
@@ -512,6 +515,95 @@ def test_run_multi_async_delivers_multi_result(zk_client) -> None:
     outcome = run_multi_async(zk_client, [CreateOp("/async-a"), DeleteOp("/async-missing")]).get(timeout=WAIT)
     assert isinstance(outcome, MultiResult)
     assert outcome.failed_index == 1 and isinstance(outcome.failure, NoNodeError)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Direct requests: call, create, send_multi
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_create_returns_the_sequential_name_without_the_chroot(proxied_client_factory, proxy, zk_chroot) -> None:
+    client = proxied_client_factory()
+    client.create("/direct")
+    first = create(client, CreateOp("/direct/queue-", b"a", sequence=True))
+    second = create(client, CreateOp("/direct/queue-", b"b", sequence=True))
+    assert first == "/direct/queue-0000000000" and second == "/direct/queue-0000000001"
+    assert client.get(second)[0] == b"b"
+    # the reply path of a raw call keeps the chroot, as the server sent it
+    assert call(client, client_request_for_create(client, "/direct/raw")) == f"{zk_chroot}/direct/raw"
+
+
+def client_request_for_create(client: KazooClient, path: str):
+    from zkqueue.protocol import _to_request  # noqa: PLC0415 - the request record kazoo would send
+
+    return _to_request(client, CreateOp(path))
+
+
+def test_create_raises_kazoo_errors(zk_client) -> None:
+    zk_client.create("/exists")
+    with pytest.raises(NodeExistsError):
+        create(zk_client, CreateOp("/exists"))
+    with pytest.raises(NoNodeError):
+        create(zk_client, CreateOp("/no/parent/here"))
+
+
+def test_create_on_a_closed_client_raises(zk_client_factory) -> None:
+    from kazoo.exceptions import ConnectionClosedError  # noqa: PLC0415
+
+    client = zk_client_factory()
+    client.stop()
+    with pytest.raises(ConnectionClosedError):
+        create(client, CreateOp("/closed"), timeout=WAIT)
+
+
+def test_call_timeout_and_connection_loss_while_the_reply_is_held(proxied_client_factory, proxy) -> None:
+    from kazoo.handlers.threading import KazooTimeoutError  # noqa: PLC0415
+
+    client = proxied_client_factory()
+    client.create("/held")
+    proxy.hold_replies()
+    with pytest.raises(KazooTimeoutError):
+        create(client, CreateOp("/held/a"), timeout=0.3)
+    pending = send_multi(client, [CreateOp("/held/b")])
+    proxy.cut()
+    with pytest.raises(ConnectionLoss):
+        pending.result(timeout=WAIT)
+    client.retry(client.exists, "/held")  # reconnected, same session
+    assert create(client, CreateOp("/held/c"), timeout=WAIT) == "/held/c"
+
+
+def test_send_multi_pipelines_and_reports_per_op(proxied_client_factory, proxy) -> None:
+    client = proxied_client_factory()
+    client.create("/pipe")
+    proxy.hold_replies()
+    pending = [send_multi(client, [CreateOp(f"/pipe/{i}")]) for i in range(5)]
+    pending.append(send_multi(client, [CreateOp("/pipe/x"), DeleteOp("/pipe/missing")]))
+    sent = proxy.event_for(MULTI_OPCODE)
+    assert sent.wait(WAIT)
+    proxy.heal()
+    assert [p.result(timeout=WAIT).ok for p in pending[:5]] == [True] * 5
+    last = pending[5].result(timeout=WAIT)
+    assert not last.ok and last.failed_index == 1 and isinstance(last.failure, NoNodeError)
+    assert sorted(client.get_children("/pipe")) == ["0", "1", "2", "3", "4"]
+    assert send_multi(client, []).result().ok
+
+
+def test_direct_calls_work_inside_a_kazoo_completion_callback(zk_client) -> None:
+    """The reply is delivered by the connection thread, so a callback on kazoo's completion thread may wait."""
+    done: list[object] = []
+    finished = threading.Event()
+
+    def callback(_result) -> None:
+        try:
+            done.append(create(zk_client, CreateOp("/in-callback/child")))
+            done.append(run_multi(zk_client, [DeleteOp("/in-callback/child")], timeout=WAIT).ok)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            done.append(exc)
+        finished.set()
+
+    zk_client.create_async("/in-callback").rawlink(callback)
+    assert finished.wait(WAIT)
+    assert done == ["/in-callback/child", True]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -144,29 +144,26 @@ def _lose_first_reply(monkeypatch, match) -> list:
 
     from zkqueue import protocol
 
-    real_async = protocol.run_multi_async
+    real_send = protocol.send_multi
     lost: list = []
 
     class ReplyMaybeLost:
         def __init__(self, inner, ops) -> None:
             self.inner, self.ops = inner, ops
 
-        def get(self, *args, **kwargs):
-            result = self.inner.get(*args, **kwargs)
+        def result(self, *args, **kwargs):
+            result = self.inner.result(*args, **kwargs)
             if not lost and result.ok and match(self.ops):
                 lost.append(self.ops)
                 raise ConnectionLoss()
             return result
 
-    def run_multi_async(client, ops, **kwargs):
+    def send_multi(client, ops, **kwargs):
         ops = list(ops)
-        return ReplyMaybeLost(real_async(client, ops, **kwargs), ops)
+        return ReplyMaybeLost(real_send(client, ops, **kwargs), ops)
 
-    def run_multi(client, ops, **kwargs):
-        return run_multi_async(client, ops, limit=kwargs.get("limit")).get(timeout=kwargs.get("timeout"))
-
-    monkeypatch.setattr(protocol, "run_multi_async", run_multi_async)
-    monkeypatch.setattr(protocol, "run_multi", run_multi)
+    # run_multi sends through send_multi too, so this covers synchronous and pipelined multis
+    monkeypatch.setattr(protocol, "send_multi", send_multi)
     return lost
 
 
@@ -201,7 +198,7 @@ def test_plain_take_lost_to_a_competitor_is_not_delivered(zk_client_factory, mon
     producer.ensure_path(QPATH)
     for i in range(3):
         producer.create(QPATH + "/queue-", framing.encode_items([str(i).encode()]), sequence=True)
-    real_async = protocol.run_multi_async
+    real_send = protocol.send_multi
     injected: list = []
 
     class RivalWinsThenReplyLost:
@@ -210,19 +207,19 @@ def test_plain_take_lost_to_a_competitor_is_not_delivered(zk_client_factory, mon
         def __init__(self, ops) -> None:
             self.ops = ops
 
-        def get(self, *args, **kwargs):
+        def result(self, *args, **kwargs):
             for op in self.ops[1:]:
                 rival.delete(op.path)
             injected.append(self.ops)
             raise ConnectionLoss()
 
-    def run_multi_async(client, ops, **kwargs):
+    def send_multi(client, ops, **kwargs):
         ops = list(ops)
         if not injected and _is_take(ops):
             return RivalWinsThenReplyLost(ops)
-        return real_async(client, ops, **kwargs)
+        return real_send(client, ops, **kwargs)
 
-    monkeypatch.setattr(protocol, "run_multi_async", run_multi_async)
+    monkeypatch.setattr(protocol, "send_multi", send_multi)
     got: list = []
     consumer = zk_client_factory()
     with QueueBuilder.builder(consumer, got.append, StrSerializer(), QPATH).build_queue():
