@@ -5,6 +5,10 @@
 Without --hosts it starts a private 1-node ZooKeeper (zkqueue.embedded). The harness can call
 :func:`measure` with an existing SparkSession instead; it returns a dict of numbers. One warm-up write runs
 first (the first Python data source write pays for starting workers). Not a test; timings depend on the host.
+
+Every kazoo session here (sink, consumers, cleanup) asks for a 30 s timeout: ZooKeeper JVMs and Spark sharing a
+few cores can starve a worker past a short session's heartbeat. On failure the last three lines of stderr name
+the phase, the innermost zkqueue frame and the real error (for a Spark job: the Python worker's exception).
 """
 
 from __future__ import annotations
@@ -16,8 +20,13 @@ import logging
 import os
 import sys
 import time
+import traceback
 import uuid
+from collections.abc import Iterator
 from typing import Any
+
+#: Session timeout (s) of every kazoo client of the probe: generous, see the module docstring.
+SESSION_TIMEOUT = 30.0
 
 
 class _Count:
@@ -30,7 +39,7 @@ class _Count:
 def _drop(hosts: str, *paths: str) -> None:
     from kazoo.client import KazooClient
 
-    client = KazooClient(hosts=hosts)
+    client = KazooClient(hosts=hosts, timeout=SESSION_TIMEOUT)
     client.start(timeout=30)
     try:
         for path in paths:
@@ -39,6 +48,34 @@ def _drop(hosts: str, *paths: str) -> None:
     finally:
         client.stop()
         client.close()
+
+
+@contextlib.contextmanager
+def _phase(name: str) -> Iterator[None]:
+    """Tag an exception escaping this block with the probe's phase (shown by :func:`_failure_lines`)."""
+    try:
+        yield
+    except Exception as exc:
+        if not hasattr(exc, "probe_phase"):
+            with contextlib.suppress(AttributeError):
+                exc.probe_phase = name  # type: ignore[attr-defined]
+        raise
+
+
+def _failure_lines(exc: BaseException) -> list[str]:
+    """Three lines naming the failure: phase, innermost zkqueue (else innermost) frame, and the exception line of
+    the last traceback in ``exc``'s text, which for a failed Spark job is the Python worker's own."""
+    text = "".join(traceback.format_exception(exc))
+    lines = text.rsplit("Traceback (most recent call last):", 1)[-1].splitlines()
+    frames = [line.strip() for line in lines if line.startswith("  File ")]
+    error = next((line.strip() for line in lines if line.strip() and not line[0].isspace()), "")
+    ours = [f for f in frames if "zkqueue" in f or "spark_probe" in f]
+    where = (ours or frames or ["(no frame)"])[-1]
+    return [
+        f"spark_probe: FAILED in {getattr(exc, 'probe_phase', 'setup')} (full traceback above)",
+        f"spark_probe: at {where}",
+        f"spark_probe: {error or f'{type(exc).__name__}: {exc}'.splitlines()[0]}",
+    ]
 
 
 def measure(
@@ -69,17 +106,23 @@ def measure(
         df.count()  # materialize the plan's inputs outside the timing
         started = time.perf_counter()
         (df.write.format("zkqueue").mode("append").option("zkHosts", hosts).option("valueColumn", "v")
-         .option("itemsPerNode", str(items_per_node)).option("dedupe", str(dedupe).lower()).save(path))
+         .option("sessionTimeout", str(SESSION_TIMEOUT)).option("itemsPerNode", str(items_per_node))
+         .option("dedupe", str(dedupe).lower()).save(path))
         return time.perf_counter() - started
 
-    write(f"{root}/warmup", 1000)
-    sink_seconds = write(f"{root}/sink", rows)
-    write(f"{root}/work", items)
-    started = time.perf_counter()
-    result = zks.consume(spark, hosts, f"{root}/work", _Count(), parallelism=parallelism, lock_path=f"{root}/locks",
-                         session_timeout=10.0)
-    consume_seconds = time.perf_counter() - started
-    _drop(hosts, root)
+    with _phase("warm-up sink write"):
+        write(f"{root}/warmup", 1000)
+    with _phase("sink write"):
+        sink_seconds = write(f"{root}/sink", rows)
+    with _phase("filling the consume queue"):
+        write(f"{root}/work", items)
+    with _phase("executor consume"):
+        started = time.perf_counter()
+        result = zks.consume(spark, hosts, f"{root}/work", _Count(), parallelism=parallelism,
+                             lock_path=f"{root}/locks", session_timeout=SESSION_TIMEOUT)
+        consume_seconds = time.perf_counter() - started
+    with _phase("cleanup"):
+        _drop(hosts, root)
     return {
         "sink_rows": rows,
         "sink_seconds": round(sink_seconds, 3),
@@ -109,29 +152,37 @@ def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    server = None
-    hosts = args.hosts
-    if hosts is None:
-        from zkqueue.embedded import ZooKeeperEnsemble
-
-        server = ZooKeeperEnsemble(size=1).start_all()
-        hosts = server.connect_string
-    spark = (
-        SparkSession.builder.master(args.master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    server = spark = None
+    failure: Exception | None = None
     try:
+        hosts = args.hosts
+        if hosts is None:
+            from zkqueue.embedded import ZooKeeperEnsemble
+
+            server = ZooKeeperEnsemble(size=1).start_all()
+            hosts = server.connect_string
+        spark = (
+            SparkSession.builder.master(args.master)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
         numbers = measure(spark, hosts, rows=args.rows, items=args.items, partitions=args.partitions,
                           parallelism=args.parallelism, items_per_node=args.items_per_node, dedupe=args.dedupe)
+    except Exception as exc:  # noqa: BLE001 - reported below, after Spark's own shutdown output
+        failure = exc
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         if server is not None:
             server.close()
+    if failure is not None:
+        traceback.print_exception(failure, file=sys.stderr)
+        print("\n".join(_failure_lines(failure)), file=sys.stderr, flush=True)
+        sys.exit(1)
     print(json.dumps(numbers, indent=2))
 
 

@@ -33,6 +33,7 @@ _EXPORTS = {
     "SinkOptions": "zkqueue.spark.options",
     "SinkStats": "zkqueue.spark.sink",
     "QueueFullError": "zkqueue.errors",
+    "SessionLostError": "zkqueue.spark.clients",
 }
 
 __all__ = sorted([*_EXPORTS, "register", "put_partition"])

@@ -11,6 +11,12 @@ every ephemeral lock node they own) expire ``session_timeout`` seconds after the
 crash-redelivery mechanism of :func:`zkqueue.spark.consume`, so executor clients should use a short timeout.
 
 Nothing here is pickled: writers and task functions carry only the connection settings (:class:`ZkSettings`).
+
+A starved worker (a busy executor, a long GC pause) can miss a heartbeat: kazoo drops the connection, every
+request in flight fails with ``ConnectionLoss``, and kazoo reconnects on the *same* session. Nothing was lost
+(ephemeral locks included), so :func:`call_with_reconnect` waits for that and sends the request again. If the
+session did end (no reconnection within the session timeout, or a new session), it raises
+:class:`SessionLostError` instead: the task fails and Spark's retry starts afresh.
 """
 
 from __future__ import annotations
@@ -18,18 +24,32 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
-from zkqueue.errors import ConfigurationError
+from zkqueue.errors import ConfigurationError, ZkQueueError
 
 log = logging.getLogger("zkqueue.spark.clients")
 
 #: Default session timeout of executor clients, in seconds (kazoo's default is 10).
 DEFAULT_SESSION_TIMEOUT = 10.0
 ACL_MODES = ("open", "creator")
+#: Failures of a whole request after which it may be sent again once the session is back (outcome unknown).
+TRANSIENT_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
+_ATTEMPTS = 6
+T = TypeVar("T")
+
+
+class SessionLostError(ZkQueueError):
+    """The worker's ZooKeeper session ended while a request was outstanding: it expired, or the client did not
+    reconnect within the session timeout. Ephemeral locks of that session are gone; the task has to fail."""
 
 
 @dataclass(frozen=True)
@@ -143,3 +163,43 @@ def close_all() -> int:
     for client in clients:
         _discard(client)
     return len(clients)
+
+
+def session_id(client: KazooClient) -> int | None:
+    """The session ``client`` holds or is reconnecting to; None before the first connect and after expiry."""
+    return getattr(client, "_session_id", None)  # kazoo keeps it while SUSPENDED and resets it on expiry
+
+
+def await_session(client: KazooClient, session: int | None, what: str, error: BaseException) -> None:
+    """After ``error`` (one of TRANSIENT_ERRORS) on ``what``: return once ``client`` is connected again on
+    ``session``; raise SessionLostError when it is not within its session timeout, or comes back on another one."""
+    timeout = getattr(client, "_session_timeout", DEFAULT_SESSION_TIMEOUT * 1000) / 1000.0
+    deadline = time.monotonic() + timeout
+    while not client.connected:  # kazoo has no public "connected" event; its state flips on its own thread
+        if time.monotonic() >= deadline or _is_stopped(client):
+            raise SessionLostError(
+                f"{what}: {error!r}, and no reconnection to ZooKeeper within the {timeout:g}s session timeout"
+            ) from error
+        time.sleep(0.05)
+    if session is not None and session_id(client) != session:
+        raise SessionLostError(f"{what}: {error!r}; the ZooKeeper session {session:#x} expired") from error
+
+
+def call_with_reconnect(client: KazooClient, call: Callable[[], T], what: str, *, session: int | None = None) -> T:
+    """``call()``; after a transient connection error, once the client is back on the same session (``session``,
+    default: the current one), call it again (at most 6 calls). Only for calls that are safe to repeat."""
+    if session is None:
+        session = session_id(client)
+
+    def reconnect(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning("%s: %r; retrying once reconnected on the same session", what, error)
+        await_session(client, session, what, error or ConnectionLoss())
+
+    retrying: Retrying = Retrying(
+        retry=retry_if_exception_type(TRANSIENT_ERRORS),
+        stop=stop_after_attempt(_ATTEMPTS),
+        before_sleep=reconnect,  # waits for the session (or raises SessionLostError) before the next call
+        reraise=True,
+    )
+    return retrying(call)

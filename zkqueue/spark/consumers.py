@@ -11,7 +11,9 @@ session. If the worker dies (``os._exit``, OOM kill, a lost executor), nobody de
 them when the session expires (``session_timeout`` seconds later), and the item is delivered again, to another
 task or to Spark's retry of the failed one. An item whose handler was running at the crash is therefore handled
 at least twice: handlers must be idempotent (at-least-once). Counts come only from task attempts that
-succeeded, so after a crash the summed ``processed`` can be lower than the number of handler calls.
+succeeded, so after a crash the summed ``processed`` can be lower than the number of handler calls. A lost
+connection does not fail a task while its session survives (kazoo reconnects; locks stay held); a session that
+ends while the task waits on ZooKeeper fails it with :class:`~zkqueue.spark.clients.SessionLostError`.
 
 :func:`read_queue` is a bounded read on the driver: it takes up to ``max_items`` items, removes exactly those
 from ZooKeeper once their data is in driver memory, and returns them as a DataFrame built from that local data.
@@ -31,7 +33,14 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from zkqueue import framing, naming, protocol
 from zkqueue.errors import ConfigurationError
-from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings, get_client, parse_auth
+from zkqueue.spark.clients import (
+    DEFAULT_SESSION_TIMEOUT,
+    ZkSettings,
+    call_with_reconnect,
+    get_client,
+    parse_auth,
+    session_id,
+)
 
 log = logging.getLogger("zkqueue.spark.consumers")
 
@@ -125,23 +134,31 @@ def run_consumer_task(spec: ConsumerSpec, handler: Callable[[Any], Any], partiti
         pass
     started = time.monotonic()
     client = get_client(spec.zk)
-    queue = _queue_class(spec.kind)(
-        client,
-        handler,
-        _serializer(spec.serializer),
-        spec.path,
-        lock_path=spec.lock_path,
-        batch_size=spec.batch_size,
-        put_in_background=False,
-        final_flush_time=0.0,
-    )
-    if spec.on_error == "delete":
-        queue.set_error_mode(ErrorMode.DELETE)
+    session = session_id(client)
+    what = f"consumer task {partition} on {spec.path}"
+
+    def started_queue() -> Any:  # a queue whose start() failed is closed for good: each attempt builds its own
+        queue = _queue_class(spec.kind)(
+            client,
+            handler,
+            _serializer(spec.serializer),
+            spec.path,
+            lock_path=spec.lock_path,
+            batch_size=spec.batch_size,
+            put_in_background=False,
+            final_flush_time=0.0,
+        )
+        if spec.on_error == "delete":
+            queue.set_error_mode(ErrorMode.DELETE)
+        queue.start()
+        return queue
+
+    # The engine rides out connection loss by itself; this task's own requests are retried on the same session.
+    queue = call_with_reconnect(client, started_queue, what, session=session)
     stop = threading.Event()
-    queue.start()
     try:
         if spec.until == "empty":
-            while not _queue_empty(client, spec.path):
+            while not call_with_reconnect(client, lambda: _queue_empty(client, spec.path), what, session=session):
                 stop.wait(spec.poll_interval)
         else:
             stop.wait(float(spec.until))

@@ -12,7 +12,9 @@ One task writes one partition:
    applies one session's requests in order, so the partition's items keep their order).
 
 Delivery is at-least-once: a retried task, or a multi re-sent after ``ConnectionLoss`` (when its outcome is
-unknown), may put items again.
+unknown), may put items again. A lost connection does not fail the task as long as the session survives: every
+request (multis included) is sent again once the client is back on the same session; a session that ends fails
+the task with :class:`~zkqueue.spark.clients.SessionLostError` (see :mod:`zkqueue.spark.clients`).
 
 ``dedupe`` makes it exactly-once per (scope, partition, row). The scope is ``<query id>.<batch id>`` for a
 stream and the ``dedupeKey`` (or a per-write random key) for a batch write. Every multi starts by creating
@@ -36,24 +38,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    ConnectionLoss,
-    NoAuthError,
-    NodeExistsError,
-    NoNodeError,
-    OperationTimeoutError,
-    SessionExpiredError,
-)
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from zkqueue import framing, naming, protocol
 from zkqueue.errors import ItemTooLargeError, QueueFullError, QueuePermissionError, SerializationError
+from zkqueue.spark.clients import TRANSIENT_ERRORS, await_session, call_with_reconnect, session_id
 from zkqueue.spark.options import SinkOptions, load_serializer
 
 log = logging.getLogger("zkqueue.spark.sink")
 
-_CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError)
-_RETRIES = 5
+_RETRIES = 5  # re-sends of one multi after creating a missing parent
 #: Bytes kept free in every multi for the dedupe marker (its path is short; this is generous).
 _MARKER_RESERVE = 600
 
@@ -253,6 +247,7 @@ class PartitionWriter:
         self.scope_path = naming.join(options.dedupe_path, scope) if options.dedupe and scope else None
         self.partition = partition
         self.stats = SinkStats()
+        self._session = session_id(client)  # the session this write must keep (see _call)
         limit = options.jute_max_buffer
         self._budget = limit - protocol.REQUEST_HEADER_BYTES - protocol.MULTI_HEADER_BYTES
         if self.scope_path is not None:
@@ -313,11 +308,15 @@ class PartitionWriter:
         return _Chunk(ops, rows, nodes, first_row, marker)
 
     # -- sending
+    def _call(self, call: Any) -> Any:
+        """``call()``, sent again after a connection loss once the client is back on this write's session."""
+        return call_with_reconnect(self.client, call, f"sink write to {self.options.path}", session=self._session)
+
     def write(self, pairs: Iterable[tuple[str, bytes]]) -> SinkStats:
         # One exists() each (usually): creating parents up front keeps the first pipelined multis from failing.
-        self.client.ensure_path(self.options.path)
+        self._call(lambda: self.client.ensure_path(self.options.path))
         if self.scope_path is not None:
-            self.client.ensure_path(self.scope_path)
+            self._call(lambda: self.client.ensure_path(self.scope_path))
         window: list[tuple[_Chunk, Any]] = []
         inflight = 1 if self.options.max_items is not None else self.options.inflight
         for chunk in self._chunks(self._nodes(pairs)):
@@ -333,53 +332,47 @@ class PartitionWriter:
             self._finish(*window.pop(0))
         return self.stats
 
+    def _send(self, chunk: _Chunk) -> Any:
+        return self._call(lambda: protocol.run_multi(self.client, chunk.ops))
+
     def _finish(self, chunk: _Chunk, pending: Any) -> bool:
         """Wait for one chunk's multi, re-sending it where that is needed and safe; True if it was re-sent."""
-        retried = False
-        for attempt in range(_RETRIES + 1):
-            retried = attempt > 0
+        try:
             try:
-                result = pending.get() if attempt == 0 else protocol.run_multi(self.client, chunk.ops)
-            except _CONNECTION_ERRORS as exc:
-                if attempt == _RETRIES:
-                    raise
+                result, retried = pending.get(), False
+            except TRANSIENT_ERRORS as exc:
                 log.warning(
                     "multi of %d node(s) to %s: %r; re-sending after reconnect (%s)", chunk.nodes,
                     self.options.path, exc,
                     "the dedupe marker makes this safe" if chunk.marker else "a duplicate is possible",
                 )
-                self._wait_connected()
-                continue
-            except NoAuthError as exc:
-                raise QueuePermissionError(f"ZooKeeper refused a create under {self.options.path}: {exc!r}") from exc
-            if result.ok:
-                self.stats.rows += chunk.rows
-                self.stats.nodes += chunk.nodes
-                self.stats.multis += 1
-                return retried
-            failure, index = result.failure, result.failed_index
-            if chunk.marker is not None and index == 0 and isinstance(failure, NodeExistsError):
-                self.stats.deduped += chunk.rows
-                log.info("rows %d..%d of partition %d were already written (marker %s); skipped",
-                         chunk.first_row, chunk.first_row + chunk.rows - 1, self.partition, chunk.marker)
-                return retried
-            if isinstance(failure, NoNodeError) and attempt < _RETRIES:
+                await_session(self.client, self._session, f"sink write to {self.options.path}", exc)
+                result, retried = self._send(chunk), True
+            for _ in range(_RETRIES):
+                if result.ok or not isinstance(result.failure, NoNodeError):
+                    break
                 # A parent is missing: the marker scope (op 0 with dedupe) or the queue itself.
-                parent = self.scope_path if chunk.marker is not None and index == 0 else self.options.path
-                self.client.ensure_path(parent)
-                continue
-            if isinstance(failure, NoAuthError):
-                raise QueuePermissionError(
-                    f"ZooKeeper refused a create under {self.options.path}: {failure!r}") from failure
-            raise failure if failure is not None else RuntimeError("multi failed without an error")
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _wait_connected(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.client.connected:
-            if time.monotonic() > deadline:
-                raise ConnectionLoss(f"no ZooKeeper connection within {timeout:.0f}s")
-            time.sleep(0.05)  # kazoo offers no connected-event; short poll on a local flag
+                marker_scope = chunk.marker is not None and result.failed_index == 0
+                parent = self.scope_path if marker_scope else self.options.path
+                self._call(lambda: self.client.ensure_path(parent))
+                result, retried = self._send(chunk), True
+        except NoAuthError as exc:
+            raise QueuePermissionError(f"ZooKeeper refused a create under {self.options.path}: {exc!r}") from exc
+        if result.ok:
+            self.stats.rows += chunk.rows
+            self.stats.nodes += chunk.nodes
+            self.stats.multis += 1
+            return retried
+        failure, index = result.failure, result.failed_index
+        if chunk.marker is not None and index == 0 and isinstance(failure, NodeExistsError):
+            self.stats.deduped += chunk.rows
+            log.info("rows %d..%d of partition %d were already written (marker %s); skipped",
+                     chunk.first_row, chunk.first_row + chunk.rows - 1, self.partition, chunk.marker)
+            return retried
+        if isinstance(failure, NoAuthError):
+            raise QueuePermissionError(
+                f"ZooKeeper refused a create under {self.options.path}: {failure!r}") from failure
+        raise failure if failure is not None else RuntimeError("multi failed without an error")
 
     def _wait_for_room(self, nodes: int) -> None:
         """Block until the queue holds fewer than ``maxItems - nodes`` item nodes (Curator counts nodes)."""
@@ -389,9 +382,10 @@ class PartitionWriter:
         while True:
             changed = threading.Event()
             try:
-                children = self.client.get_children(self.options.path, watch=lambda _e: changed.set())
+                children = self._call(
+                    lambda: self.client.get_children(self.options.path, watch=lambda _e: changed.set()))
             except NoNodeError:
-                self.client.ensure_path(self.options.path)
+                self._call(lambda: self.client.ensure_path(self.options.path))
                 continue
             count = sum(1 for name in children if naming.is_item_name(name))
             if count + nodes <= limit or count == 0:
