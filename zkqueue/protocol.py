@@ -87,6 +87,7 @@ __all__ = [
     "pipeline",
     "run_multi",
     "run_multi_async",
+    "send_creates",
     "send_multi",
     "split_ops",
 ]
@@ -484,6 +485,81 @@ def send_multi(client: Any, ops: Iterable[Op], *, limit: int | None = None) -> P
         raise ItemTooLargeError(size, cap, f"multi request of {len(ops)} ops")
     client._call(Transaction(requests), reply)
     return PendingMulti(reply, len(ops))
+
+
+class _PrebuiltTransaction(Transaction):
+    """A multi whose body was serialized by the sender (kazoo still treats it as a Transaction: same opcode,
+    same reply parsing and chroot removal)."""
+
+    __slots__ = ()
+
+    def serialize(self) -> bytes:
+        return self.operations
+
+
+_CREATE_HEADER = multiheader_struct.pack(Create.type, False, -1)
+_MULTI_END = multiheader_struct.pack(-1, True, -1)
+
+
+def _create_head_tail(client: Any, path: str, acl: Sequence[ACL], flags: int) -> tuple[bytes, bytes]:
+    root = _chroot(client)
+    full = _full_path(root, path, trailing=bool(flags & 2))
+    head = _CREATE_HEADER + write_string(full)
+    tail = bytearray(int_struct.pack(len(acl)))
+    for a in acl:
+        tail += int_struct.pack(a.perms) + write_string(a.id.scheme) + write_string(a.id.id)
+    tail += int_struct.pack(flags)
+    return head, bytes(tail)
+
+
+def send_creates(
+    client: Any,
+    items: Sequence[tuple[str, bytes]],
+    *,
+    acl: Sequence[ACL] | None = None,
+    ephemeral: bool = False,
+    sequence: bool = False,
+    limit: int | None = None,
+) -> PendingMulti:
+    """ONE multi creating every ``(path, data)`` of ``items`` with the same ``acl`` and flags, sent without
+    waiting: the queue's put path. The bytes on the wire are exactly those of
+    ``send_multi(client, [CreateOp(path, data, acl, ephemeral, sequence) ...])``, built with each distinct
+    path's and the ACL's serialization done once per call instead of once per item.
+    """
+    if not isinstance(ephemeral, bool) or not isinstance(sequence, bool):
+        raise TypeError("ephemeral and sequence must be bool")
+    if acl is not None and (isinstance(acl, ACL) or not isinstance(acl, (list, tuple))):
+        raise TypeError("acl must be a list or tuple of kazoo ACL")
+    reply = _Reply()
+    if not items:
+        reply.set([])
+        return PendingMulti(reply, 0)
+    flags = (1 if ephemeral else 0) | (2 if sequence else 0)
+    resolved = list(_resolve_acl(client, acl))
+    parts: dict[str, tuple[bytes, bytes]] = {}
+    body = bytearray()
+    pack = int_struct.pack
+    for path, data in items:
+        known = parts.get(path)
+        if known is None:
+            _check_path(path)
+            known = parts[path] = _create_head_tail(client, path, resolved, flags)
+        body += known[0]
+        if type(data) is not bytes:
+            _check_data(data)  # None (written as length -1, as kazoo does) or a TypeError
+        if data is None:
+            body += pack(-1)
+        else:
+            body += pack(len(data))
+            body += data
+        body += known[1]
+    body += _MULTI_END
+    size = REQUEST_HEADER_BYTES + len(body)
+    cap = jute_max_buffer(limit)
+    if size > cap:
+        raise ItemTooLargeError(size, cap, f"multi request of {len(items)} creates")
+    client._call(_PrebuiltTransaction(bytes(body)), reply)
+    return PendingMulti(reply, len(items))
 
 
 # ---------------------------------------------------------------------------------------------------------------

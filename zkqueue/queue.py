@@ -818,10 +818,12 @@ class DistributedQueue(Generic[T]):
     def _commit_group(self, batch: list[_GroupSlot]) -> None:
         """Create the nodes of ``batch`` (in order) and record each slot's outcome; never raises for an op."""
         if len(batch) > 1:
-            ops = [_create_op(s.req.prefix, s.req.data, sequence=True, acl=self._acl) for s in batch]
+            items = [(s.req.prefix, s.req.data) for s in batch]
             result = None
             try:
-                result = protocol.run_multi(self._client, ops, limit=self._jute_max_buffer)
+                result = protocol.send_creates(
+                    self._client, items, acl=self._acl, sequence=True, limit=self._jute_max_buffer
+                ).result()
             except _CONNECTION_ERRORS as exc:
                 # Outcome unknown, exactly as for a single create whose reply was lost: every caller of the
                 # group gets the connection error (retrying may store the items twice: at-least-once).
@@ -925,8 +927,10 @@ class DistributedQueue(Generic[T]):
                 async_result = None
                 if len(batch) > 1 and self._connected.is_set():
                     try:
-                        ops = [_create_op(req.prefix, req.data, sequence=True, acl=self._acl) for req in batch]
-                        async_result = protocol.send_multi(self._client, ops, limit=self._jute_max_buffer)
+                        async_result = protocol.send_creates(
+                            self._client, [(req.prefix, req.data) for req in batch], acl=self._acl, sequence=True,
+                            limit=self._jute_max_buffer,
+                        )
                     except Exception:
                         log.debug("could not send a put batch asynchronously; sending it in order", exc_info=True)
                         async_result = None
@@ -975,10 +979,13 @@ class DistributedQueue(Generic[T]):
         if len(batch) == 1:
             self._send_single_put(batch[0])
             return
-        ops = [_create_op(req.prefix, req.data, sequence=True, acl=self._acl) for req in batch]
+        items = [(req.prefix, req.data) for req in batch]
         try:
             result = self._with_reconnect(
-                lambda: protocol.run_multi(self._client, ops, limit=self._jute_max_buffer), f"put batch of {len(batch)}"
+                lambda: protocol.send_creates(
+                    self._client, items, acl=self._acl, sequence=True, limit=self._jute_max_buffer
+                ).result(),
+                f"put batch of {len(batch)}",
             )
         except Exception as exc:
             for req in batch:

@@ -40,21 +40,30 @@ class CountingListener(QueuePutListener):
 
 
 class MultiCounter:
-    """Wraps protocol.run_multi, recording how many ops each multi carried and whether it committed."""
+    """Wraps protocol.send_creates (the group commit's multi), recording how many creates each multi carried
+    and whether it committed."""
 
     def __init__(self, monkeypatch) -> None:
         self.lock = threading.Lock()
         self.calls: list[tuple[int, bool]] = []
-        real = protocol.run_multi
+        real = protocol.send_creates
+        counter = self
 
-        def counting(client, ops, **kwargs):
-            ops = list(ops)
-            result = real(client, ops, **kwargs)
-            with self.lock:
-                self.calls.append((len(ops), result.ok))
-            return result
+        class Counted:
+            def __init__(self, pending, n) -> None:
+                self.pending, self.n = pending, n
 
-        monkeypatch.setattr(protocol, "run_multi", counting)
+            def result(self, timeout=None):
+                result = self.pending.result(timeout)
+                with counter.lock:
+                    counter.calls.append((self.n, result.ok))
+                return result
+
+        def counting(client, items, **kwargs):
+            items = list(items)
+            return Counted(real(client, items, **kwargs), len(items))
+
+        monkeypatch.setattr(protocol, "send_creates", counting)
 
 
 def _producer(client, **kw):

@@ -22,3 +22,63 @@ def _outcome(fn, *args, **kwargs):
 @pytest.mark.parametrize("trailing", [False, True])
 def test_full_path_matches_kazoo(root: str, path: str, trailing: bool) -> None:
     assert _outcome(_full_path, root, path, trailing) == _outcome(_prefix_root, root, path, trailing=trailing)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# send_creates builds exactly the bytes kazoo's Transaction would send for the same CreateOps
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _RecordingClient:
+    """Stands in for a KazooClient only to capture the request handed to ``_call`` (no I/O, no queue logic)."""
+
+    def __init__(self, chroot: str = "", default_acl=None) -> None:
+        self.chroot = chroot
+        self.default_acl = default_acl
+        self.sent: list = []
+
+    def _call(self, request, reply) -> None:
+        self.sent.append(request)
+
+
+@pytest.mark.parametrize("chroot", ["", "/root/sub"])
+@pytest.mark.parametrize("seed", range(20))
+def test_send_creates_bytes_equal_kazoo_transaction(chroot: str, seed: int) -> None:
+    import random
+
+    from kazoo.protocol.serialization import Transaction
+    from kazoo.security import make_acl, make_digest_acl
+
+    from zkqueue.protocol import CreateOp, _to_request, send_creates
+
+    rng = random.Random(seed)
+    acls = [None, [make_acl("world", "anyone", all=True)],
+            [make_digest_acl("u", "p", all=True), make_acl("world", "anyone", read=True)]]
+    acl = rng.choice(acls)
+    ephemeral, sequence = rng.random() < 0.3, rng.random() < 0.7
+    prefixes = ["/q/queue-", "/q/queue-05", "/q/ü-", "/q/queue-" + "x" * rng.randint(0, 50)]
+    items = []
+    for _ in range(rng.randint(1, 40)):
+        data = None if rng.random() < 0.05 else rng.randbytes(rng.randint(0, 300))
+        items.append((rng.choice(prefixes), data))
+    client = _RecordingClient(chroot, default_acl=rng.choice(acls))
+    send_creates(client, items, acl=acl, ephemeral=ephemeral, sequence=sequence)
+    (ours,) = client.sent
+    expected = Transaction([_to_request(client, CreateOp(p, d, acl, ephemeral, sequence)) for p, d in items])
+    assert ours.type == Transaction.type
+    assert bytes(ours.serialize()) == bytes(expected.serialize())
+
+
+def test_send_creates_checks_before_sending() -> None:
+    from zkqueue.errors import ItemTooLargeError
+    from zkqueue.protocol import send_creates
+
+    client = _RecordingClient()
+    with pytest.raises(TypeError):
+        send_creates(client, [("/q/a", "not bytes")])
+    with pytest.raises(TypeError):
+        send_creates(client, [(b"/q/a", b"")])
+    with pytest.raises(ItemTooLargeError):
+        send_creates(client, [("/q/a", b"x" * 600_000), ("/q/b", b"y" * 600_000)])
+    assert client.sent == []
+    assert send_creates(client, []).result().ok and client.sent == []

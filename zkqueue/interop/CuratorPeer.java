@@ -93,6 +93,9 @@ public final class CuratorPeer {
         "                stops at N items, stdin EOF or X seconds; RESULT has consumed, t_go, t_first, t_last",
         "  bench-latency --rate R --duration-s D [--size S] [--drain-s X]  paced background puts + a consumer",
         "                in this JVM; RESULT has sent, received and latency percentiles in ms",
+        "  bench-raw-create --count N [--size S] [--batch K] [--inflight W] [--max-seconds X]  the ensemble's",
+        "                ceiling: sequential creates as async multis of K ops, W in flight, on the bare ZooKeeper",
+        "                handle (no recipe); RESULT has items and seconds",
         "common: [--session-timeout-ms 10000] [--connect-timeout-ms 10000] [--log-level WARN]");
 
     private CuratorPeer() {
@@ -167,6 +170,9 @@ public final class CuratorPeer {
             case "bench-latency":
                 opts.allow("rate", "duration-s", "size", "drain-s", "lock-path");
                 return withClient(opts, client -> Bench.latency(client, opts));
+            case "bench-raw-create":
+                opts.allow("count", "size", "batch", "inflight", "max-seconds");
+                return withClient(opts, client -> Bench.rawCreate(client, opts));
             default:
                 throw new UsageError("unknown command: " + opts.command);
         }
@@ -503,6 +509,53 @@ public final class CuratorPeer {
             emit(String.format(java.util.Locale.ROOT,
                 "RESULT {\"items\": %d, \"seconds\": %.6f, \"complete\": %s, \"flushed\": %s, \"threads\": %d}",
                 done.get(), seconds, done.get() >= count && flushed, flushed, threads));
+            return 0;
+        }
+
+        /** Sequential creates as pipelined async multis on the bare ZooKeeper handle: what the ensemble accepts. */
+        static int rawCreate(CuratorFramework client, Options opts) throws Exception {
+            int count = opts.getInt("count", 100_000);
+            int size = opts.getInt("size", 100);
+            int batch = Math.max(1, opts.getInt("batch", 500));
+            int inflight = Math.max(1, opts.getInt("inflight", 4));
+            long maxNanos = (long) (Double.parseDouble(opts.get("max-seconds", "600")) * 1e9);
+            byte[] payload = payload(size);
+            String prefix = opts.path() + "/queue-";
+            client.createContainers(opts.path());
+            org.apache.zookeeper.ZooKeeper zk = client.getZookeeperClient().getZooKeeper();
+            java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(inflight);
+            java.util.concurrent.atomic.AtomicLong done = new java.util.concurrent.atomic.AtomicLong();
+            java.util.concurrent.atomic.AtomicReference<String> error = new java.util.concurrent.atomic.AtomicReference<>();
+            List<org.apache.zookeeper.data.ACL> acl = org.apache.zookeeper.ZooDefs.Ids.OPEN_ACL_UNSAFE;
+            long t0 = System.nanoTime();
+            long deadline = t0 + maxNanos;
+            int sent = 0;
+            while (sent < count && System.nanoTime() < deadline && error.get() == null) {
+                int n = Math.min(batch, count - sent);
+                List<org.apache.zookeeper.Op> ops = new ArrayList<>(n);
+                for (int i = 0; i < n; i++) {
+                    ops.add(org.apache.zookeeper.Op.create(prefix, payload, acl,
+                        org.apache.zookeeper.CreateMode.PERSISTENT_SEQUENTIAL));
+                }
+                slots.acquire();
+                zk.multi(ops, (rc, path, ctx, results) -> {
+                    if (rc == 0) {
+                        done.addAndGet(n);
+                    } else {
+                        error.compareAndSet(null, "multi failed with rc " + rc);
+                    }
+                    slots.release();
+                }, null);
+                sent += n;
+            }
+            slots.acquire(inflight);
+            double seconds = (System.nanoTime() - t0) / 1e9;
+            if (error.get() != null) {
+                throw new IllegalStateException(error.get());
+            }
+            emit(String.format(java.util.Locale.ROOT,
+                "RESULT {\"items\": %d, \"seconds\": %.6f, \"complete\": %s, \"batch\": %d, \"inflight\": %d}",
+                done.get(), seconds, done.get() >= count, batch, inflight));
             return 0;
         }
 

@@ -889,9 +889,9 @@ class BenchConsumer:
 
 def bench_run(peer: CuratorPeer, command: str, path: str, options: Sequence[str], timeout: float
               ) -> dict[str, object]:
-    """Run a one-shot benchmark command (``bench-put``, ``bench-put-multi``, ``bench-latency``) and return the
-    parsed RESULT dict."""
-    if command not in ("bench-put", "bench-put-multi", "bench-latency"):
+    """Run a one-shot benchmark command (``bench-put``, ``bench-put-multi``, ``bench-latency``,
+    ``bench-raw-create``) and return the parsed RESULT dict."""
+    if command not in ("bench-put", "bench-put-multi", "bench-latency", "bench-raw-create"):
         raise ConfigurationError(f"not a one-shot benchmark command: {command!r}")
     return _parse_result(peer.run(command, path, options, (), timeout), command)
 
