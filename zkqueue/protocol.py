@@ -80,6 +80,7 @@ __all__ = [
     "get_many",
     "jute_max_buffer",
     "max_create_data",
+    "multi_body",
     "multi_read",
     "multi_read_async",
     "multi_request_size",
@@ -470,21 +471,75 @@ class PendingMulti:
 def send_multi(client: Any, ops: Iterable[Op], *, limit: int | None = None) -> PendingMulti:
     """Send ``ops`` as ONE multi transaction without waiting (pipelined with the client's other requests).
 
-    The lighter sibling of :func:`run_multi_async`: no kazoo async result, no completion thread. Bad ops raise
-    TypeError and an oversized request raises ItemTooLargeError here, before anything is sent.
+    The lighter sibling of :func:`run_multi_async`: no kazoo async result, no completion thread, and the
+    request bytes are built straight from the ops (:func:`multi_body`). Bad ops raise TypeError and an oversized
+    request raises ItemTooLargeError here, before anything is sent.
     """
     ops = _check_ops(ops)
     reply = _Reply()
     if not ops:
         reply.set([])
         return PendingMulti(reply, 0)
-    requests = [_to_request(client, op) for op in ops]
-    size = _requests_size(requests)
+    body = multi_body(client, ops)
+    size = REQUEST_HEADER_BYTES + len(body)
     cap = jute_max_buffer(limit)
     if size > cap:
         raise ItemTooLargeError(size, cap, f"multi request of {len(ops)} ops")
-    client._call(Transaction(requests), reply)
+    client._call(_PrebuiltTransaction(body), reply)
     return PendingMulti(reply, len(ops))
+
+
+_DELETE_HEADER = multiheader_struct.pack(Delete.type, False, -1)
+_SET_DATA_HEADER = multiheader_struct.pack(SetData.type, False, -1)
+_CHECK_HEADER = multiheader_struct.pack(CheckVersion.type, False, -1)
+
+
+def _acl_bytes(acl: Sequence[ACL]) -> bytes:
+    out = bytearray(int_struct.pack(len(acl)))
+    for a in acl:
+        out += int_struct.pack(a.perms) + write_string(a.id.scheme) + write_string(a.id.id)
+    return bytes(out)
+
+
+def _buffer(data: bytes | None) -> bytes:
+    return int_struct.pack(-1) if data is None else int_struct.pack(len(data)) + data
+
+
+def multi_body(client: Any, ops: Sequence[Op]) -> bytes:
+    """The body of a ``multi`` request holding ``ops`` (chroot applied): byte for byte what kazoo's
+    ``Transaction.serialize`` produces for the same records, without building them."""
+    root = _chroot(client)
+    pack = int_struct.pack
+    acls: dict[int, bytes] = {}  # id(acl list) -> bytes; the lists stay alive in ``ops`` during the call
+    out = bytearray()
+    for op in ops:
+        if isinstance(op, DeleteOp):
+            out += _DELETE_HEADER
+            out += write_string(_full_path(root, op.path))
+            out += pack(op.version)
+        elif isinstance(op, CreateOp):
+            acl = _resolve_acl(client, op.acl)
+            acl_bytes = acls.get(id(acl))
+            if acl_bytes is None:
+                acl_bytes = acls[id(acl)] = _acl_bytes(acl)
+            out += _CREATE_HEADER
+            out += write_string(_full_path(root, op.path, trailing=op.sequence))
+            out += _buffer(op.data)
+            out += acl_bytes
+            out += pack(op.flags)
+        elif isinstance(op, SetDataOp):
+            out += _SET_DATA_HEADER
+            out += write_string(_full_path(root, op.path))
+            out += _buffer(op.data)
+            out += pack(op.version)
+        elif isinstance(op, CheckOp):
+            out += _CHECK_HEADER
+            out += write_string(_full_path(root, op.path))
+            out += pack(op.version)
+        else:
+            raise TypeError(f"not a multi op: {op!r} (use CreateOp, DeleteOp, SetDataOp or CheckOp)")
+    out += _MULTI_END
+    return bytes(out)
 
 
 class _PrebuiltTransaction(Transaction):
@@ -504,12 +559,7 @@ _MULTI_END = multiheader_struct.pack(-1, True, -1)
 def _create_head_tail(client: Any, path: str, acl: Sequence[ACL], flags: int) -> tuple[bytes, bytes]:
     root = _chroot(client)
     full = _full_path(root, path, trailing=bool(flags & 2))
-    head = _CREATE_HEADER + write_string(full)
-    tail = bytearray(int_struct.pack(len(acl)))
-    for a in acl:
-        tail += int_struct.pack(a.perms) + write_string(a.id.scheme) + write_string(a.id.id)
-    tail += int_struct.pack(flags)
-    return head, bytes(tail)
+    return _CREATE_HEADER + write_string(full), _acl_bytes(acl) + int_struct.pack(flags)
 
 
 def send_creates(

@@ -82,3 +82,37 @@ def test_send_creates_checks_before_sending() -> None:
         send_creates(client, [("/q/a", b"x" * 600_000), ("/q/b", b"y" * 600_000)])
     assert client.sent == []
     assert send_creates(client, []).result().ok and client.sent == []
+
+
+@pytest.mark.parametrize("chroot", ["", "/c"])
+@pytest.mark.parametrize("seed", range(20))
+def test_multi_body_equals_kazoo_transaction(chroot: str, seed: int) -> None:
+    import random
+
+    from kazoo.protocol.serialization import Transaction
+    from kazoo.security import make_acl, make_digest_acl
+
+    from zkqueue.protocol import CheckOp, CreateOp, DeleteOp, SetDataOp, _to_request, multi_body
+
+    rng = random.Random(1000 + seed)
+    acls = [None, [make_acl("world", "anyone", all=True)], [make_digest_acl("u", "p", all=True)]]
+    paths = ["/q/queue-0000000001", "/q/a/b", "/q/ü", "/locks/x@abc", "/q/queue-"]
+
+    def data():
+        return None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, 64))
+
+    ops = []
+    for _ in range(rng.randint(1, 30)):
+        kind = rng.randrange(4)
+        path = rng.choice(paths)
+        if kind == 0:
+            ops.append(CreateOp(path, data(), rng.choice(acls), rng.random() < 0.5, rng.random() < 0.5))
+        elif kind == 1:
+            ops.append(DeleteOp(path, rng.choice([-1, 0, 7])))
+        elif kind == 2:
+            ops.append(SetDataOp(path, data(), rng.choice([-1, 3])))
+        else:
+            ops.append(CheckOp(path, rng.choice([0, 5])))
+    client = _RecordingClient(chroot, default_acl=rng.choice(acls))
+    expected = Transaction([_to_request(client, op) for op in ops]).serialize()
+    assert multi_body(client, ops) == bytes(expected)
