@@ -73,7 +73,9 @@ def _run_zkqueue(client: KazooClient, args: argparse.Namespace, tally: Tally, st
     from zkqueue.builder import QueueBuilder  # noqa: PLC0415
     from zkqueue.serializers import BytesSerializer  # noqa: PLC0415
 
-    b = QueueBuilder.builder(client, tally, BytesSerializer(), args.path).batch_size(args.batch_size)
+    b = QueueBuilder.builder(client, tally, BytesSerializer(), args.path)
+    if args.batch_size is not None:
+        b = b.batch_size(args.batch_size)
     if args.lock_path:
         b = b.lock_path(args.lock_path)
     q = b.build_queue()
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock-path")
     parser.add_argument("--count", type=int)
     parser.add_argument("--max-seconds", type=float, default=600.0)
-    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=None, help="default: the library's")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 

@@ -82,7 +82,9 @@ class QueueBuilder(Generic[T]):
         return self
 
     def batch_size(self, n: int) -> "QueueBuilder[T]":
-        """Most items a consumer takes per engine step (default 100)."""
+        """Most item nodes a consumer takes per engine step (default 300). A step is further capped to about
+        ``max_batch_bytes`` of data and to about half a second of the consumer's measured work, so a slow
+        consumer holds only a few items at a time."""
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise ConfigurationError(f"batch_size must be a positive int, got {n!r}")
         self._options["batch_size"] = n

@@ -89,6 +89,11 @@ _PUTS_PIPELINED = 3
 _LOCKED_RETRY_SECONDS = 0.5
 #: How often an inline consumer acks what it has consumed while a batch is still running.
 _ACK_EVERY_SECONDS = 0.5
+#: Default most item nodes per engine step.
+DEFAULT_BATCH_SIZE = 300
+#: A consumer takes (locks, or removes in plain mode) at most about this many seconds of work per step, by its
+#: measured pace: a slow consumer then holds a few items, not a whole batch that idle consumers could be doing.
+_HOLD_SECONDS = 0.5
 
 
 class _State(enum.Enum):
@@ -286,7 +291,7 @@ class DistributedQueue(Generic[T]):
         executor: Executor | None = None,
         final_flush_time: float = 5.0,
         quarantine_path: str | None = None,
-        batch_size: int = 100,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         jute_max_buffer: int | None = None,
         lock_names: str = "qualified",
         min_items_before_refresh: int | None = None,
@@ -371,6 +376,7 @@ class DistributedQueue(Generic[T]):
         self._foreign_seen: set[str] = set()
         self._contended_recently = False
         self._avg_node_bytes: float | None = None
+        self._pace: float | None = None  # seconds per node delivered (moving average)
         self._max_batch_bytes = max_batch_bytes
         self._lock_data = f"{socket.gethostname()}:{os.getpid()}".encode()
         self._chroot_len = len((getattr(client, "chroot", None) or "").encode("utf-8"))
@@ -1156,11 +1162,22 @@ class DistributedQueue(Generic[T]):
 
     def _bytes_capped(self, step: int) -> int:
         """Items for the next step: ``step``, fewer when nodes are big, so one step reads about
-        ``max_batch_bytes`` at most (a small first step while the node size is unknown)."""
+        ``max_batch_bytes`` at most (a small first step while the node size is unknown), and fewer when the
+        consumer is slow, so one step holds about ``_HOLD_SECONDS`` of its work."""
         avg = self._avg_node_bytes
         if avg is None:
             return min(step, 16)
-        return max(1, min(step, self._max_batch_bytes // max(1, int(avg))))
+        n = max(1, min(step, self._max_batch_bytes // max(1, int(avg))))
+        pace = self._pace
+        if pace is not None and pace * n > _HOLD_SECONDS:
+            n = max(1, int(_HOLD_SECONDS / pace))
+        return n
+
+    def _note_pace(self, nodes: int, seconds: float) -> None:
+        """Record how long delivering ``nodes`` nodes took (wall time, so an executor's parallelism counts)."""
+        if nodes > 0:
+            per = seconds / nodes
+            self._pace = per if self._pace is None else 0.5 * self._pace + 0.5 * per
 
     def _note_sizes(self, reads: Sequence[Any]) -> None:
         sizes = [len(r[0] or b"") for r in reads if not isinstance(r, BaseException)]
@@ -1662,6 +1679,13 @@ class DistributedQueue(Generic[T]):
         """
         if not outcomes:
             return
+        started = time.monotonic()
+        try:
+            self._deliver_each(outcomes, ack)
+        finally:
+            self._note_pace(len(outcomes), time.monotonic() - started)
+
+    def _deliver_each(self, outcomes: list[_Outcome], ack: Callable[[list[_Outcome]], None] | None) -> None:
         if self._executor is None:
             pending: list[_Outcome] = []
             last_ack = time.monotonic()

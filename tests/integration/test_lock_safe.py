@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -316,3 +317,24 @@ def test_flush_acks_waits_for_acks_of_returned_items(zk_client) -> None:
         hold.set()
         q.close()
     assert zk_client.get_children(QPATH) == []
+
+
+def test_a_slow_consumer_holds_only_about_half_a_second_of_work(zk_client) -> None:
+    """After its first step the engine knows the consumer's pace (0.1 s per item) and locks about 0.5 s of
+    work per step (5 items), not a whole batch that other consumers could be doing meanwhile."""
+    fill(zk_client, [f"item-{i}" for i in range(30)])
+    held_while_consuming: list[int] = []
+    got: list[str] = []
+
+    def slow(item: str) -> None:
+        held_while_consuming.append(len(zk_client.get_children(LPATH)))
+        got.append(item)
+        time.sleep(0.1)
+
+    with locked_queue(zk_client, slow):
+        wait_for(lambda: len(got) == 30, timeout=60)
+    first_step = held_while_consuming[0]
+    assert first_step > 5, "the first step (pace unknown) takes a plain batch"
+    later = held_while_consuming[first_step:]
+    assert later and max(later) <= 5, held_while_consuming
+    assert got == [f"item-{i}" for i in range(30)]
