@@ -551,6 +551,38 @@ class _PrebuiltTransaction(Transaction):
     def serialize(self) -> bytes:
         return self.operations
 
+    @classmethod
+    def deserialize(cls, buf: bytes, offset: int) -> list[Any]:
+        """The reply, parsed as kazoo's ``Transaction.deserialize`` does (same values, same order) with plain
+        struct reads instead of a MultiHeader record per op."""
+        unpack_header = multiheader_struct.unpack_from
+        header_size = multiheader_struct.size
+        unpack_int = int_struct.unpack_from
+        results: list[Any] = []
+        append = results.append
+        while True:
+            op_type, done, _ = unpack_header(buf, offset)
+            offset += header_size
+            if done:
+                return results
+            if op_type == Create.type:
+                length = unpack_int(buf, offset)[0]
+                offset += 4
+                if length < 0:
+                    raise RuntimeError("multi reply: a create result without a path")
+                append(buf[offset : offset + length].decode("utf-8"))
+                offset += length
+            elif op_type == Delete.type or op_type == CheckVersion.type:
+                append(True)
+            elif op_type == SetData.type:
+                append(ZnodeStat._make(stat_struct.unpack_from(buf, offset)))
+                offset += stat_struct.size
+            elif op_type == _ERROR_OPCODE:
+                append(EXCEPTIONS[unpack_int(buf, offset)[0]]())
+                offset += 4
+            else:
+                raise RuntimeError(f"multi reply: unexpected op type {op_type}")
+
 
 _CREATE_HEADER = multiheader_struct.pack(Create.type, False, -1)
 _MULTI_END = multiheader_struct.pack(-1, True, -1)

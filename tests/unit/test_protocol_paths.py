@@ -116,3 +116,32 @@ def test_multi_body_equals_kazoo_transaction(chroot: str, seed: int) -> None:
     client = _RecordingClient(chroot, default_acl=rng.choice(acls))
     expected = Transaction([_to_request(client, op) for op in ops]).serialize()
     assert multi_body(client, ops) == bytes(expected)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_prebuilt_multi_reply_parses_like_kazoo(seed: int) -> None:
+    import random
+
+    from kazoo.protocol.serialization import Transaction, int_struct, multiheader_struct, stat_struct, write_string
+
+    from zkqueue.protocol import _PrebuiltTransaction
+
+    rng = random.Random(seed)
+    body = bytearray(b"\x00" * 3)  # the reply starts at an offset, as in kazoo's connection
+    for _ in range(rng.randint(0, 25)):
+        kind = rng.choice([1, 2, 5, 13, -1])
+        body += multiheader_struct.pack(kind, False, -1 if kind != -1 else 0)
+        if kind == 1:
+            body += write_string(rng.choice(["/q/queue-0000000001", "/ü/x", "/a"]))
+        elif kind == 5:
+            body += stat_struct.pack(*[rng.randint(0, 1000) for _ in range(11)])
+        elif kind == -1:
+            body += int_struct.pack(rng.choice([0, -2, -101, -110, -103, -102]))
+    body += multiheader_struct.pack(-1, True, -1)
+    buf = bytes(body)
+    ours = _PrebuiltTransaction.deserialize(buf, 3)
+    theirs = Transaction.deserialize(buf, 3)
+    assert [type(x) for x in ours] == [type(x) for x in theirs]
+    assert [x if not isinstance(x, Exception) else type(x) for x in ours] == [
+        x if not isinstance(x, Exception) else type(x) for x in theirs
+    ]
