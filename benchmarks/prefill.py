@@ -56,27 +56,29 @@ def prefill(
 
 
 def wipe(client: KazooClient, path: str, ops_per_multi: int = OPS_PER_MULTI) -> None:
-    """Delete ``path`` and everything under it fast: leaves in multi transactions, several in flight (kazoo's
-    recursive delete sends one request per node, minutes for the few hundred thousand a full run leaves)."""
+    """Delete ``path`` and everything under it fast: child stats through multiRead, leaves deleted in multi
+    transactions, several in flight (kazoo's recursive delete sends one request per node: minutes for the few
+    hundred thousand nodes a full run writes)."""
     from kazoo.exceptions import NoNodeError  # noqa: PLC0415
 
-    from zkqueue.protocol import DeleteOp  # noqa: PLC0415
+    from zkqueue.protocol import DeleteOp, multi_read, send_multi  # noqa: PLC0415
 
     try:
-        children = client.get_children(path)
+        children = [f"{path}/{name}" for name in client.get_children(path)]
     except NoNodeError:
         return
     leaves = []
-    for name in children:
-        child = f"{path}/{name}"
-        stat = client.exists(child)
-        if stat is not None and stat.numChildren:
+    for child, read in zip(children, multi_read(client, children, timeout=120), strict=True):
+        if isinstance(read, NoNodeError):
+            continue
+        if not isinstance(read, BaseException) and read[1].numChildren:
             wipe(client, child, ops_per_multi)
         else:
             leaves.append(child)
     for i in range(0, len(leaves), ops_per_multi * IN_FLIGHT):
         chunk = leaves[i : i + ops_per_multi * IN_FLIGHT]
-        pending = [run_multi_async(client, [DeleteOp(p) for p in chunk[j : j + ops_per_multi]])
+        pending = [send_multi(client, [DeleteOp(p) for p in chunk[j : j + ops_per_multi]])
                    for j in range(0, len(chunk), ops_per_multi)]
-        gather(pending, timeout=120)
+        for result in pending:
+            result.result(timeout=120)
     client.delete(path, recursive=True)  # whatever a failed batch left, and the node itself

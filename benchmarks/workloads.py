@@ -18,7 +18,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from benchmarks.peers import Impl, Run, Unsupported
-from benchmarks.prefill import prefill
+from benchmarks.prefill import prefill, wipe
 
 log = logging.getLogger("zkqueue.benchmarks.workloads")
 
@@ -60,7 +60,18 @@ class Workload:
         return int(s.count * self.params.get("count_factor", 1))
 
     def run(self, impl: Impl, client: KazooClient, root: str, s: Settings, ctx: dict[str, Any]) -> Run:
+        """One timed run at a fresh path; the path is deleted afterwards (untimed), so every run meets the same
+        small data tree instead of everything the runs before it left."""
         path = f"{root}/{self.name}-{impl.name}-{ctx['seq']}"
+        try:
+            return self._run_at(path, impl, client, s, ctx)
+        finally:
+            try:
+                wipe(client, path)
+            except Exception as exc:  # noqa: BLE001 - a leftover only costs memory on the servers
+                log.warning("could not delete %s after the run: %r", path, exc)
+
+    def _run_at(self, path: str, impl: Impl, client: KazooClient, s: Settings, ctx: dict[str, Any]) -> Run:
         p = self.params
         if self.kind == "put":
             return impl.put(path + "/q", self.count(s), p.get("threads", 1), p.get("background", False),
