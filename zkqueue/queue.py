@@ -136,11 +136,13 @@ class _PutRequest:
 class _GroupSlot:
     """One foreground put waiting in a group commit (see DistributedQueue._group_put)."""
 
-    __slots__ = ("req", "done", "created", "error")
+    __slots__ = ("req", "done", "created", "error", "wake")
 
     def __init__(self, req: _PutRequest) -> None:
         self.req = req
         self.done = False
+        self.wake = threading.Lock()  # held until the slot is done or handed the lead
+        self.wake.acquire()
         self.created: str | None = None
         self.error: BaseException | None = None
 
@@ -398,9 +400,9 @@ class DistributedQueue(Generic[T]):
         self._own_lock = threading.Lock()
         self._own_unlisted: list[int] = []
         # foreground puts of unbounded queues: group commit (see _group_put)
-        self._group_cond = threading.Condition()
+        self._group_lock = threading.Lock()
         self._group_waiting: deque[_GroupSlot] = deque()
-        self._group_sending = False
+        self._group_leading = False  # a caller is committing a group; the rest wait in _group_waiting
 
     # ------------------------------------------------------------------------------------------ properties
     @property
@@ -769,33 +771,25 @@ class DistributedQueue(Generic[T]):
     def _group_put(self, req: _PutRequest) -> bool:
         """Create ``req``'s node now, coalescing with concurrent foreground puts (leader/follower group commit).
 
-        A caller finding nothing in flight sends at once (a lone thread pays no added latency: a batch of one is
-        a plain create). Callers arriving while a request is in flight wait; when it completes, one of them
-        sends everything waiting (within one multi's size budget) as ONE multi. Each caller still blocks until
-        its own node is committed and gets its own result or error; listeners and stats run in the caller's
-        thread as for a single create. Bounded queues do not come here (their puts run one at a time).
+        A caller finding no group in flight leads at once (a lone thread pays no added latency: a batch of one
+        is a plain create). Callers arriving meanwhile queue up, each blocked on its own lock. When the leader's
+        request completes it wakes exactly the callers of its batch and hands the lead to the first caller still
+        waiting, who sends everything waiting (within one multi's size budget) as ONE multi: no thundering herd
+        of waiters. Each caller still blocks until its own node is committed and gets its own result or error;
+        listeners and stats run in the caller's thread as for a single create. Bounded queues do not come here
+        (their puts run one at a time).
         """
         slot = _GroupSlot(req)
-        with self._group_cond:
-            self._group_waiting.append(slot)
-        while True:
-            with self._group_cond:
-                while not slot.done and self._group_sending:
-                    self._group_cond.wait()
-                if slot.done:
-                    break
-                self._group_sending = True
-                batch = self._take_group()
-            try:
-                self._commit_group(batch)
-            finally:
-                with self._group_cond:
-                    for s in batch:
-                        if not s.done:  # only when something escaped _commit_group (e.g. KeyboardInterrupt)
-                            s.error = QueueStateError(f"put to {s.req.prefix} was interrupted; outcome unknown")
-                            s.done = True
-                    self._group_sending = False
-                    self._group_cond.notify_all()
+        with self._group_lock:
+            follow = self._group_leading
+            if follow:
+                self._group_waiting.append(slot)
+            else:
+                self._group_leading = True
+        if follow:
+            slot.wake.acquire()  # our batch is done, or we were handed the lead
+        if not slot.done:
+            self._lead_group(slot)
         if slot.error is not None:
             self._count("put_failed")
             exc = _map_error(slot.error)
@@ -806,20 +800,44 @@ class DistributedQueue(Generic[T]):
         self._notify_put(req)
         return True
 
-    def _take_group(self) -> list[_GroupSlot]:
-        """Pop up to one multi's worth of waiting foreground puts (caller holds ``_group_cond``); the same
-        budget as the background put thread's batches."""
+    def _lead_group(self, slot: _GroupSlot) -> None:
+        """Commit ``slot`` and whoever waits behind it, then wake them and hand the lead on."""
+        batch = [slot]
+        successor: _GroupSlot | None = None
+        try:
+            with self._group_lock:
+                self._take_group(batch)
+            self._commit_group(batch)
+        finally:
+            for s in batch:
+                if not s.done:  # only when something escaped _commit_group (e.g. KeyboardInterrupt)
+                    s.error = QueueStateError(f"put to {s.req.prefix} was interrupted; outcome unknown")
+                    s.done = True
+            with self._group_lock:
+                if self._group_waiting:
+                    successor = self._group_waiting.popleft()
+                else:
+                    self._group_leading = False
+            for s in batch[1:]:
+                s.wake.release()
+            if successor is not None:
+                successor.wake.release()
+
+    def _take_group(self, batch: list[_GroupSlot]) -> None:
+        """Add waiting foreground puts to ``batch`` up to one multi's worth (caller holds ``_group_lock``); the
+        same budget as the background put thread's batches."""
         budget = self._jute_max_buffer - 4096
-        batch: list[_GroupSlot] = []
-        size = 0
+
+        def cost(req: _PutRequest) -> int:
+            return len(req.data) + len(req.prefix) * 4 + 64 + self._chroot_len
+
+        size = sum(cost(s.req) for s in batch)
         while self._group_waiting and len(batch) < _MAX_OPS_PER_MULTI:
-            req = self._group_waiting[0].req
-            req_size = len(req.data) + len(req.prefix) * 4 + 64 + self._chroot_len
-            if batch and size + req_size > budget:
+            req_size = cost(self._group_waiting[0].req)
+            if size + req_size > budget:
                 break
             batch.append(self._group_waiting.popleft())
             size += req_size
-        return batch
 
     def _commit_group(self, batch: list[_GroupSlot]) -> None:
         """Create the nodes of ``batch`` (in order) and record each slot's outcome; never raises for an op."""
