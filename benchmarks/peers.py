@@ -251,6 +251,9 @@ class Impl:
     def latency(self, path: str, rate: float, duration: float, drain: float) -> Run:
         raise Unsupported("no latency run")
 
+    def raw_creates(self, path: str, count: int, max_seconds: float) -> Run:
+        raise Unsupported("no bare ZooKeeper client")
+
     def close(self) -> None:
         pass
 
@@ -387,6 +390,14 @@ class CuratorImpl(Impl):
             options += ["--multi", str(multi)]
         r = bench_run(self.peer, "bench-put", path, options, timeout=max_seconds + 120)
         return Run(int(r["items"]), float(r["seconds"]), complete=bool(r["complete"]), extra={"threads": threads})
+
+    def raw_creates(self, path: str, count: int, max_seconds: float) -> Run:
+        """What the ensemble accepts: the peer's bare ZooKeeper handle sending sequential creates of the same
+        payload as async multis of 1000, 2 in flight (no recipe; the reference for background puts)."""
+        options = ["--count", str(count), "--size", str(self.size), "--batch", "1000", "--inflight", "2",
+                   "--max-seconds", str(max_seconds)]
+        r = bench_run(self.peer, "bench-raw-create", path, options, timeout=max_seconds + 120)
+        return Run(int(r["items"]), float(r["seconds"]), complete=bool(r["complete"]), extra={"batch": 1000})
 
     def consume(self, path: str, count: int | None, consumers: int, lock_path: str | None,
                 max_seconds: float, client: KazooClient) -> Run:

@@ -105,6 +105,9 @@ def table(report: dict[str, Any]) -> Table:
                 ratio_text += f" ({ratio:.2f} of 10k rate)"
         elif latency and ratio is not None:
             ratio_text = f"{ratio:.1f}x lower p99"
+        elif w["kind"] == "ceiling":
+            share = w.get("zkqueue_share")
+            ratio_text = "-" if share is None else f"zkqueue put bg = {share:.2f} of it"
         else:
             ratio_text = "-" if ratio is None else f"{ratio:.1f}x"
         verdict = {True: "[green]pass[/]", False: "[red]MISS[/]", None: "-"}[w.get("pass")]

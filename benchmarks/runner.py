@@ -200,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         if res["kind"] == "deep" and base:
             res["baseline_rate"] = sorted(r["rate"] for r in base)[len(base) // 2]
         report.evaluate(res)
+    ceiling, put_bg = results.get("put_bg_ceiling"), results.get("put_bg")
+    if ceiling and put_bg:
+        top = ceiling["impls"].get("curator", {}).get("summary", {}).get("median")
+        ours = put_bg["impls"].get("zkqueue", {}).get("summary", {}).get("median")
+        if top and ours:
+            ceiling["zkqueue_share"] = round(ours / top, 2)
     out = {
         "version": 1,
         "mode": mode,

@@ -42,7 +42,7 @@ class Target:
     """What zkqueue must reach on this workload (issue 6)."""
 
     text: str
-    kind: str  # "ratio" (zkqueue / curator >= value), "latency" (p99 <= curator's), "deep", "none"
+    kind: str  # "ratio" (zkqueue / curator >= value), "latency" (p99 <= curator's), "deep", "ceiling", "none"
     value: float = 0.0
 
 
@@ -52,7 +52,7 @@ class Workload:
     label: str
     impls: tuple[str, ...]
     target: Target
-    kind: str  # put | consume | latency | deep | spark
+    kind: str  # put | ceiling | consume | latency | deep | spark
     params: dict[str, Any] = field(default_factory=dict)
     deep_only: bool = False
 
@@ -86,6 +86,8 @@ class Workload:
             if self.kind == "deep" and impl.name == "curator":
                 cap = min(cap, 60.0)  # Curator cannot list such a parent; one minute shows it
             return impl.consume(qpath, n, p.get("consumers", 1), path + "/locks" if locked else None, cap, client)
+        if self.kind == "ceiling":
+            return impl.raw_creates(path + "/q", self.count(s), s.max_seconds)
         if self.kind == "latency":
             rate = ctx["latency_rate"]
             return impl.latency(path + "/q", rate, s.latency_seconds, s.latency_drain)
@@ -103,6 +105,8 @@ def workloads(s: Settings) -> list[Workload]:
                  {"threads": 16}),
         Workload("put_bg", "put, background", ("zkqueue", "curator", "kazoo"), Target(">= 10x", "ratio", 10.0),
                  "put", {"background": True, "count_factor": 2}),
+        Workload("put_bg_ceiling", "put, background: ensemble ceiling (bare ZooKeeper Java client)", ("curator",),
+                 Target("(reference)", "ceiling"), "ceiling", {"count_factor": 2}),
         Workload("put_multi", "put_multi (100 per znode)", ("zkqueue", "curator", "kazoo"),
                  Target(">= 1.5x", "ratio", 1.5), "put", {"background": True, "multi": 100, "count_factor": 10}),
         Workload("consume_plain", "consume, no lock", ALL_IMPLS, Target(">= 20x", "ratio", 20.0), "consume", {}),

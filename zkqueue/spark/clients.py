@@ -35,6 +35,7 @@ from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from zkqueue.errors import ConfigurationError, ZkQueueError
+from zkqueue.handler import new_client
 
 log = logging.getLogger("zkqueue.spark.clients")
 
@@ -129,8 +130,8 @@ def get_client(settings: ZkSettings) -> KazooClient:
         # Clients inherited through fork (other pids) are unusable here: forget them without touching them.
         for stale in [k for k in _clients if k[0] != key[0]]:
             del _clients[stale]
-        client = KazooClient(
-            hosts=settings.connect_string,
+        client = new_client(
+            settings.connect_string,
             timeout=settings.session_timeout,
             auth_data=list(settings.auth) or None,
             default_acl=settings.default_acl(),
