@@ -476,22 +476,32 @@ def send_multi(client: Any, ops: Iterable[Op], *, limit: int | None = None) -> P
     request raises ItemTooLargeError here, before anything is sent.
     """
     ops = _check_ops(ops)
-    reply = _Reply()
     if not ops:
-        reply.set([])
-        return PendingMulti(reply, 0)
-    body = multi_body(client, ops)
+        return _no_ops()
+    return _send_body(client, multi_body(client, ops), len(ops), limit, f"multi request of {len(ops)} ops")
+
+
+def _no_ops() -> PendingMulti:
+    """An empty multi: answered at once, nothing sent."""
+    reply = _Reply()
+    reply.set([])
+    return PendingMulti(reply, 0)
+
+
+def _send_body(client: Any, body: bytes, count: int, limit: int | None, what: str) -> PendingMulti:
+    """Send a multi ``body`` of ``count`` ops unless its packet exceeds the limit (ItemTooLargeError)."""
     size = REQUEST_HEADER_BYTES + len(body)
     cap = jute_max_buffer(limit)
     if size > cap:
-        raise ItemTooLargeError(size, cap, f"multi request of {len(ops)} ops")
-    client._call(_PrebuiltTransaction(body), reply)
-    return PendingMulti(reply, len(ops))
+        raise ItemTooLargeError(size, cap, what)
+    return PendingMulti(_send(client, _PrebuiltTransaction(body)), count)
 
 
+_CREATE_HEADER = multiheader_struct.pack(Create.type, False, -1)
 _DELETE_HEADER = multiheader_struct.pack(Delete.type, False, -1)
 _SET_DATA_HEADER = multiheader_struct.pack(SetData.type, False, -1)
 _CHECK_HEADER = multiheader_struct.pack(CheckVersion.type, False, -1)
+_MULTI_END = multiheader_struct.pack(-1, True, -1)
 
 
 def _acl_bytes(acl: Sequence[ACL]) -> bytes:
@@ -584,14 +594,10 @@ class _PrebuiltTransaction(Transaction):
                 raise RuntimeError(f"multi reply: unexpected op type {op_type}")
 
 
-_CREATE_HEADER = multiheader_struct.pack(Create.type, False, -1)
-_MULTI_END = multiheader_struct.pack(-1, True, -1)
-
-
-def _create_head_tail(client: Any, path: str, acl: Sequence[ACL], flags: int) -> tuple[bytes, bytes]:
-    root = _chroot(client)
-    full = _full_path(root, path, trailing=bool(flags & 2))
-    return _CREATE_HEADER + write_string(full), _acl_bytes(acl) + int_struct.pack(flags)
+def _create_head_tail(client: Any, op: CreateOp) -> tuple[bytes, bytes]:
+    """The bytes of ``op`` in a multi before its data (op header, path) and after it (ACL, flags)."""
+    full = _full_path(_chroot(client), op.path, trailing=op.sequence)
+    return _CREATE_HEADER + write_string(full), _acl_bytes(_resolve_acl(client, op.acl)) + int_struct.pack(op.flags)
 
 
 def send_creates(
@@ -608,40 +614,22 @@ def send_creates(
     ``send_multi(client, [CreateOp(path, data, acl, ephemeral, sequence) ...])``, built with each distinct
     path's and the ACL's serialization done once per call instead of once per item.
     """
-    if not isinstance(ephemeral, bool) or not isinstance(sequence, bool):
-        raise TypeError("ephemeral and sequence must be bool")
-    if acl is not None and (isinstance(acl, ACL) or not isinstance(acl, (list, tuple))):
-        raise TypeError("acl must be a list or tuple of kazoo ACL")
-    reply = _Reply()
+    CreateOp("/", b"", acl, ephemeral, sequence)  # a CreateOp's argument checks, even when there are no items
     if not items:
-        reply.set([])
-        return PendingMulti(reply, 0)
-    flags = (1 if ephemeral else 0) | (2 if sequence else 0)
-    resolved = list(_resolve_acl(client, acl))
-    parts: dict[str, tuple[bytes, bytes]] = {}
+        return _no_ops()
+    parts: dict[str, tuple[bytes, bytes]] = {}  # path -> (op header + path, ACL + flags)
     body = bytearray()
-    pack = int_struct.pack
     for path, data in items:
         known = parts.get(path)
         if known is None:
-            _check_path(path)
-            known = parts[path] = _create_head_tail(client, path, resolved, flags)
-        body += known[0]
+            known = parts[path] = _create_head_tail(client, CreateOp(path, b"", acl, ephemeral, sequence))
         if type(data) is not bytes:
             _check_data(data)  # None (written as length -1, as kazoo does) or a TypeError
-        if data is None:
-            body += pack(-1)
-        else:
-            body += pack(len(data))
-            body += data
+        body += known[0]
+        body += _buffer(data)
         body += known[1]
     body += _MULTI_END
-    size = REQUEST_HEADER_BYTES + len(body)
-    cap = jute_max_buffer(limit)
-    if size > cap:
-        raise ItemTooLargeError(size, cap, f"multi request of {len(items)} creates")
-    client._call(_PrebuiltTransaction(bytes(body)), reply)
-    return PendingMulti(reply, len(items))
+    return _send_body(client, bytes(body), len(items), limit, f"multi request of {len(items)} creates")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -701,9 +689,14 @@ def call(client: Any, request: Any, *, timeout: float | None = None) -> Any:
     keep the chroot, except a ``Transaction``'s (kazoo removes it). With ``timeout`` a missing reply raises
     ``KazooTimeoutError``; the request may still complete later.
     """
+    return _send(client, request).get(timeout)
+
+
+def _send(client: Any, request: Any) -> _Reply:
+    """Queue ``request`` on the client (in order with its other calls); the reply arrives in the returned slot."""
     reply = _Reply()
     client._call(request, reply)
-    return reply.get(timeout)
+    return reply
 
 
 def create(client: Any, op: CreateOp, *, timeout: float | None = None) -> str:
@@ -854,11 +847,7 @@ def multi_read(
 ) -> list[Any]:
     """Synchronous :func:`multi_read_async` (through :func:`call`'s lighter reply slots): per path
     ``(data, ZnodeStat)`` or an exception object. ``timeout`` bounds the whole read."""
-    replies = []
-    for request in _read_requests(client, paths, children, max_ops, limit):
-        reply = _Reply()
-        client._call(request, reply)
-        replies.append(reply)
+    replies = [_send(client, request) for request in _read_requests(client, paths, children, max_ops, limit)]
     deadline = None if timeout is None else time.monotonic() + timeout
     out: list[Any] = []
     for reply in replies:

@@ -182,10 +182,14 @@ def _delete_op(path: str, version: int = -1) -> Any:
     return protocol.DeleteOp(path, version)
 
 
+def _node_cost(path: str, data: bytes | None, chroot_len: int = 0) -> int:
+    """Upper estimate of the bytes one op on ``path`` adds to a multi (UTF-8 at most 4 bytes a character)."""
+    return len(path) * 4 + len(data or b"") + 64 + chroot_len
+
+
 def _op_size(op: Any, extra: int = 0) -> int:
     """Upper estimate of the bytes one op adds to a multi (``extra``: the client's chroot length)."""
-    data = getattr(op, "data", None) or b""
-    return len(op.path) * 4 + len(data) + 64 + extra
+    return _node_cost(op.path, getattr(op, "data", None), extra)
 
 
 def _map_error(exc: BaseException) -> BaseException:
@@ -743,29 +747,53 @@ class DistributedQueue(Generic[T]):
         """Send one framed znode at ``prefix`` (sequential): queued for the put thread, or created now."""
         self._check_started()
         self._check_size(prefix, data)
+        req = _PutRequest(prefix, data, item, multi)
         if self._put_in_background:
             with self._put_cond:
                 if self._closing.is_set():
                     raise QueueClosedError(f"queue {self._queue_path} is closed")
                 self._puts_in_flight += 1
-                self._put_queue.append(_PutRequest(prefix, data, item, multi))
+                self._put_queue.append(req)
                 self._put_cond.notify_all()
             return True
         if self._max_items is None:
-            return self._group_put(_PutRequest(prefix, data, item, multi))
+            return self._group_put(req)
         try:
-            created = protocol.create(self._client, _create_op(prefix, data, sequence=True, acl=self._acl))
+            created = self._create_put_node(req)
         except Exception as exc:
             self._count("put_failed")
             raise _map_error(exc) from exc
-        if self._max_items is not None:
-            seq = naming.sequence_of(created)
-            if seq is not None:
-                with self._own_lock:
-                    self._own_unlisted.append(seq)
+        seq = naming.sequence_of(created)  # bounded queues only come here
+        if seq is not None:
+            with self._own_lock:
+                self._own_unlisted.append(seq)
         self._count("put_ok")
-        self._notify_put(_PutRequest(prefix, data, item, multi))
+        self._notify_put(req)
         return True
+
+    def _create_put_node(self, req: _PutRequest) -> str:
+        """Create ``req``'s sequential node now and return its path (every single-node put goes here)."""
+        return protocol.create(self._client, _create_op(req.prefix, req.data, sequence=True, acl=self._acl))
+
+    def _send_put_nodes(self, reqs: Sequence[_PutRequest]) -> protocol.PendingMulti:
+        """Send the sequential nodes of ``reqs`` as ONE multi, in order, without waiting (every batched put)."""
+        return protocol.send_creates(
+            self._client, [(r.prefix, r.data) for r in reqs], acl=self._acl, sequence=True,
+            limit=self._jute_max_buffer,
+        )
+
+    def _take_puts(self, waiting: deque[Any], batch: list[Any], req_of: Callable[[Any], _PutRequest]) -> None:
+        """Move puts from the head of ``waiting`` to ``batch`` while they fit one multi (op count and bytes, the
+        first always); ``req_of`` gives an entry's _PutRequest. The caller holds the lock guarding ``waiting``."""
+        budget = self._jute_max_buffer - 4096
+        size = sum(_node_cost(req_of(x).prefix, req_of(x).data, self._chroot_len) for x in batch)
+        while waiting and len(batch) < _MAX_OPS_PER_MULTI:
+            req = req_of(waiting[0])
+            req_size = _node_cost(req.prefix, req.data, self._chroot_len)
+            if batch and size + req_size > budget:
+                break
+            batch.append(waiting.popleft())
+            size += req_size
 
     # -- foreground puts of unbounded queues: group commit
     def _group_put(self, req: _PutRequest) -> bool:
@@ -806,7 +834,7 @@ class DistributedQueue(Generic[T]):
         successor: _GroupSlot | None = None
         try:
             with self._group_lock:
-                self._take_group(batch)
+                self._take_puts(self._group_waiting, batch, lambda s: s.req)
             self._commit_group(batch)
         finally:
             for s in batch:
@@ -823,31 +851,12 @@ class DistributedQueue(Generic[T]):
             if successor is not None:
                 successor.wake.release()
 
-    def _take_group(self, batch: list[_GroupSlot]) -> None:
-        """Add waiting foreground puts to ``batch`` up to one multi's worth (caller holds ``_group_lock``); the
-        same budget as the background put thread's batches."""
-        budget = self._jute_max_buffer - 4096
-
-        def cost(req: _PutRequest) -> int:
-            return len(req.data) + len(req.prefix) * 4 + 64 + self._chroot_len
-
-        size = sum(cost(s.req) for s in batch)
-        while self._group_waiting and len(batch) < _MAX_OPS_PER_MULTI:
-            req_size = cost(self._group_waiting[0].req)
-            if size + req_size > budget:
-                break
-            batch.append(self._group_waiting.popleft())
-            size += req_size
-
     def _commit_group(self, batch: list[_GroupSlot]) -> None:
         """Create the nodes of ``batch`` (in order) and record each slot's outcome; never raises for an op."""
         if len(batch) > 1:
-            items = [(s.req.prefix, s.req.data) for s in batch]
             result = None
             try:
-                result = protocol.send_creates(
-                    self._client, items, acl=self._acl, sequence=True, limit=self._jute_max_buffer
-                ).result()
+                result = self._send_put_nodes([s.req for s in batch]).result()
             except _CONNECTION_ERRORS as exc:
                 # Outcome unknown, exactly as for a single create whose reply was lost: every caller of the
                 # group gets the connection error (retrying may store the items twice: at-least-once).
@@ -866,7 +875,7 @@ class DistributedQueue(Generic[T]):
             # All-or-nothing: one bad op failed the multi; create one by one so each caller gets its own outcome.
         for s in batch:
             try:
-                s.created = protocol.create(self._client, _create_op(s.req.prefix, s.req.data, sequence=True, acl=self._acl))
+                s.created = self._create_put_node(s.req)
             except Exception as exc:
                 s.error = exc
             s.done = True
@@ -913,16 +922,8 @@ class DistributedQueue(Generic[T]):
     # -- the background put thread
     def _take_put_batch(self) -> list[_PutRequest]:
         """Pop up to one multi's worth of queued puts (caller holds ``_put_cond``)."""
-        budget = self._jute_max_buffer - 4096
         batch: list[_PutRequest] = []
-        size = 0
-        while self._put_queue and len(batch) < _MAX_OPS_PER_MULTI:
-            req = self._put_queue[0]
-            req_size = len(req.data) + len(req.prefix) * 4 + 64 + self._chroot_len
-            if batch and size + req_size > budget:
-                break
-            batch.append(self._put_queue.popleft())
-            size += req_size
+        self._take_puts(self._put_queue, batch, lambda r: r)
         return batch
 
     def _put_loop(self) -> None:
@@ -951,10 +952,7 @@ class DistributedQueue(Generic[T]):
                 async_result = None
                 if len(batch) > 1 and self._connected.is_set():
                     try:
-                        async_result = protocol.send_creates(
-                            self._client, [(req.prefix, req.data) for req in batch], acl=self._acl, sequence=True,
-                            limit=self._jute_max_buffer,
-                        )
+                        async_result = self._send_put_nodes(batch)
                     except Exception:
                         log.debug("could not send a put batch asynchronously; sending it in order", exc_info=True)
                         async_result = None
@@ -1003,13 +1001,9 @@ class DistributedQueue(Generic[T]):
         if len(batch) == 1:
             self._send_single_put(batch[0])
             return
-        items = [(req.prefix, req.data) for req in batch]
         try:
             result = self._with_reconnect(
-                lambda: protocol.send_creates(
-                    self._client, items, acl=self._acl, sequence=True, limit=self._jute_max_buffer
-                ).result(),
-                f"put batch of {len(batch)}",
+                lambda: self._send_put_nodes(batch).result(), f"put batch of {len(batch)}"
             )
         except Exception as exc:
             for req in batch:
@@ -1020,7 +1014,7 @@ class DistributedQueue(Generic[T]):
     def _send_single_put(self, req: _PutRequest) -> None:
         try:
             self._with_reconnect(
-                lambda: protocol.create(self._client, _create_op(req.prefix, req.data, sequence=True, acl=self._acl)), "put"
+                lambda: self._create_put_node(req), "put"
             )
         except Exception as exc:
             self._notify_put_failed(req, _map_error(exc))
