@@ -431,6 +431,16 @@ public final class CuratorPeer {
             return t.getEpochSecond() + t.getNano() / 1e9;
         }
 
+        /** A bytes queue (not started) feeding {@code consumer}, lock-safe when {@code lockPath} is set. */
+        static DistributedQueue<byte[]> consumingQueue(CuratorFramework client, QueueConsumer<byte[]> consumer,
+                                                       String path, String lockPath) {
+            QueueBuilder<byte[]> builder = QueueBuilder.builder(client, consumer, new IdentitySerializer(), path);
+            if (lockPath != null) {
+                builder.lockPath(lockPath);
+            }
+            return builder.buildQueue();
+        }
+
         static byte[] payload(int size) {
             byte[] b = new byte[size];
             Arrays.fill(b, (byte) 'x');
@@ -586,11 +596,7 @@ public final class CuratorPeer {
                 public void stateChanged(CuratorFramework c, ConnectionState s) {
                 }
             };
-            QueueBuilder<byte[]> builder = QueueBuilder.builder(client, consumer, new IdentitySerializer(), opts.path());
-            if (lockPath != null) {
-                builder.lockPath(lockPath);
-            }
-            DistributedQueue<byte[]> q = builder.buildQueue();
+            DistributedQueue<byte[]> q = consumingQueue(client, consumer, opts.path(), lockPath);
             BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
             emit("READY");
             String go = in.readLine();
@@ -669,11 +675,7 @@ public final class CuratorPeer {
                 public void stateChanged(CuratorFramework c, ConnectionState s) {
                 }
             };
-            QueueBuilder<byte[]> builder = QueueBuilder.builder(client, consumer, new IdentitySerializer(), opts.path());
-            if (lockPath != null) {
-                builder.lockPath(lockPath);
-            }
-            DistributedQueue<byte[]> q = builder.buildQueue();
+            DistributedQueue<byte[]> q = consumingQueue(client, consumer, opts.path(), lockPath);
             q.start();
             long t0 = System.nanoTime();
             long interval = (long) (1e9 / rate);
