@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: test demo check-java venv clean
 
 check-java:
-	@$(PYTHON) -m zkqueue.check_java
+	@$(PYTHON) -m zkqueue.server.check_java
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)

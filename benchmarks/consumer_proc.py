@@ -21,7 +21,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from zkqueue.handler import new_client
+from zkqueue.transport.handler import new_client
 
 log = logging.getLogger("zkqueue.benchmarks.consumer_proc")
 
@@ -71,7 +71,7 @@ def _watch_eof(stop: threading.Event) -> None:
 
 def _run_zkqueue(client: KazooClient, args: argparse.Namespace, tally: Tally, stop: threading.Event) -> Any:
     from zkqueue.builder import QueueBuilder  # noqa: PLC0415
-    from zkqueue.serializers import BytesSerializer  # noqa: PLC0415
+    from zkqueue.formats.serializers import BytesSerializer  # noqa: PLC0415
 
     b = QueueBuilder.builder(client, tally, BytesSerializer(), args.path)
     if args.batch_size is not None:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
-    # zkqueue runs on its recommended client (zkqueue.handler.new_client: one poll(2) per wait); kazoo's recipes
+    # zkqueue runs on its recommended client (zkqueue.transport.handler.new_client: one poll(2) per wait); kazoo's recipes
     # on kazoo's default client, as their users run them.
     client = (new_client(args.connect, timeout=15.0) if args.impl == "zkqueue"
               else KazooClient(hosts=args.connect, timeout=15.0))

@@ -43,7 +43,7 @@ def _java_version() -> str | None:
 
 def _zookeeper_version() -> str | None:
     try:
-        from zkqueue.jars import zookeeper_classpath  # noqa: PLC0415
+        from zkqueue.server.jars import zookeeper_classpath  # noqa: PLC0415
 
         cp = zookeeper_classpath()
     except Exception:  # noqa: BLE001 - a description, never a failure

@@ -29,7 +29,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from zkqueue.interop.curator_peer import THROUGHPUT_JVM_ARGS, CuratorPeer, bench_run, start_bench_consumer
-from zkqueue.handler import new_client
+from zkqueue.transport.handler import new_client
 
 log = logging.getLogger("zkqueue.benchmarks.peers")
 
@@ -60,7 +60,7 @@ class Unsupported(Exception):
 
 
 def _client(connect: str, zkqueue_handler: bool = False) -> KazooClient:
-    """A started client; zkqueue's runs use its recommended :func:`zkqueue.handler.new_client`, kazoo's runs
+    """A started client; zkqueue's runs use its recommended :func:`zkqueue.transport.handler.new_client`, kazoo's runs
     kazoo's default handler."""
     client = new_client(connect, timeout=15.0) if zkqueue_handler else KazooClient(hosts=connect, timeout=15.0)
     client.start(timeout=30)
@@ -263,7 +263,7 @@ class ZkqueueImpl(Impl):
 
     def put(self, path: str, count: int, threads: int, background: bool, multi: int, max_seconds: float) -> Run:
         from zkqueue.builder import QueueBuilder  # noqa: PLC0415
-        from zkqueue.serializers import BytesSerializer  # noqa: PLC0415
+        from zkqueue.formats.serializers import BytesSerializer  # noqa: PLC0415
 
         with _connected(self.connect, zkqueue_handler=True) as client:
             q = QueueBuilder.builder(client, None, BytesSerializer(), path).put_in_background(background).build_queue()
@@ -319,7 +319,7 @@ class ZkqueueImpl(Impl):
 
     def latency(self, path: str, rate: float, duration: float, drain: float) -> Run:
         from zkqueue.builder import QueueBuilder  # noqa: PLC0415
-        from zkqueue.serializers import BytesSerializer  # noqa: PLC0415
+        from zkqueue.formats.serializers import BytesSerializer  # noqa: PLC0415
 
         total = max(1, round(rate * duration))
         sent = [0.0] * total

@@ -1,6 +1,6 @@
 """Fill a queue fast: sequential creates in multi transactions, several in flight at once.
 
-Items are Curator-framed (``zkqueue.framing``) under ``queue-`` names for zkqueue and Curator, or raw bytes under
+Items are Curator-framed (``zkqueue.formats.framing``) under ``queue-`` names for zkqueue and Curator, or raw bytes under
 kazoo's ``entry-100-`` names for kazoo's recipes, so each implementation reads its own native format.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
-from zkqueue import framing
-from zkqueue.protocol import CreateOp, gather, run_multi_async
+from zkqueue.formats import framing
+from zkqueue.transport.protocol import CreateOp, gather, run_multi_async
 
 log = logging.getLogger("zkqueue.benchmarks.prefill")
 
@@ -61,7 +61,7 @@ def wipe(client: KazooClient, path: str, ops_per_multi: int = OPS_PER_MULTI) -> 
     hundred thousand nodes a full run writes)."""
     from kazoo.exceptions import NoNodeError  # noqa: PLC0415
 
-    from zkqueue.protocol import DeleteOp, multi_read, send_multi  # noqa: PLC0415
+    from zkqueue.transport.protocol import DeleteOp, multi_read, send_multi  # noqa: PLC0415
 
     try:
         children = [f"{path}/{name}" for name in client.get_children(path)]

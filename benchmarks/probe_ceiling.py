@@ -16,7 +16,7 @@ import logging
 
 from benchmarks.peers import CuratorImpl, ZkqueueImpl
 from benchmarks.prefill import wipe
-from zkqueue.handler import new_client
+from zkqueue.transport.handler import new_client
 from zkqueue.interop.curator_peer import bench_run
 
 SHAPES = ((1000, 2), (1000, 4), (500, 4), (2000, 2))  # (creates per multi, multis in flight)
@@ -35,7 +35,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         hosts = args.hosts
         if hosts is None:
-            from zkqueue.embedded import ZooKeeperEnsemble  # noqa: PLC0415
+            from zkqueue.server.embedded import ZooKeeperEnsemble  # noqa: PLC0415
 
             hosts = stack.enter_context(ZooKeeperEnsemble(size=3)).connect_string
         client = new_client(hosts, timeout=30.0)

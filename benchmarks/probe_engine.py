@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/probe_engine.py [--items 10000] [--hosts HOST:PORT] [--batch-size 100]
 
-Without --hosts it starts a private 1-node ZooKeeper (zkqueue.embedded). Prints items/s per workload and the
+Without --hosts it starts a private 1-node ZooKeeper (zkqueue.server.embedded). Prints items/s per workload and the
 Curator 5.9.0 reference numbers measured on this machine. Not a test: the real benchmark suite is elsewhere.
 """
 
@@ -18,7 +18,7 @@ import uuid
 from kazoo.client import KazooClient
 
 from zkqueue.builder import QueueBuilder
-from zkqueue.serializers import BytesSerializer
+from zkqueue.formats.serializers import BytesSerializer
 
 CURATOR = {"put_background": 2800.0, "consume_plain": 261.0, "consume_lock_safe": 164.0}
 
@@ -83,7 +83,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         hosts = args.hosts
         if hosts is None:
-            from zkqueue.embedded import ZooKeeperEnsemble
+            from zkqueue.server.embedded import ZooKeeperEnsemble
 
             hosts = stack.enter_context(ZooKeeperEnsemble(size=1)).connect_string
         client = KazooClient(hosts=hosts)

@@ -1,4 +1,4 @@
-"""Probe: what zkqueue.protocol's batching buys over kazoo's per-request calls.
+"""Probe: what zkqueue.transport.protocol's batching buys over kazoo's per-request calls.
 
 Reads: multi_read of N nodes vs pipelined get_async (get_many) vs a loop of sync get.
 Writes: run_multi of N creates vs pipelined create_async (create_many) vs a loop of sync create.
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
 
-from zkqueue.protocol import CreateOp, create_many, get_many, multi_read, run_multi
+from zkqueue.transport.protocol import CreateOp, create_many, get_many, multi_read, run_multi
 
 log = logging.getLogger("zkqueue.benchmarks.probe_protocol")
 
@@ -32,7 +32,7 @@ def _server(hosts: str | None, force_sync: bool) -> Iterator[str]:
     if hosts:
         yield hosts
         return
-    from zkqueue.embedded import ZooKeeperEnsemble  # noqa: PLC0415 - only needed without --hosts
+    from zkqueue.server.embedded import ZooKeeperEnsemble  # noqa: PLC0415 - only needed without --hosts
 
     with ZooKeeperEnsemble(size=1, force_sync=force_sync) as zk:
         yield zk.connect_string

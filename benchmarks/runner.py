@@ -88,7 +88,7 @@ def ensemble(args: argparse.Namespace, deep_max: int) -> Iterator[str]:
     if args.connect:
         yield args.connect
         return
-    from zkqueue.embedded import ZooKeeperEnsemble  # noqa: PLC0415
+    from zkqueue.server.embedded import ZooKeeperEnsemble  # noqa: PLC0415
 
     heap = 512 if deep_max < 300_000 else 2048
     with ZooKeeperEnsemble(size=args.servers, force_sync=args.force_sync, heap_mb=heap) as zk:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/spark_probe.py [--rows 100000] [--items 20000] [--hosts HOST:PORT] [--master local[2]]
 
-Without --hosts it starts a private 1-node ZooKeeper (zkqueue.embedded). The harness can call
+Without --hosts it starts a private 1-node ZooKeeper (zkqueue.server.embedded). The harness can call
 :func:`measure` with an existing SparkSession instead; it returns a dict of numbers. One warm-up write runs
 first (the first Python data source write pays for starting workers). Not a test; timings depend on the host.
 
@@ -157,7 +157,7 @@ def main() -> None:
     try:
         hosts = args.hosts
         if hosts is None:
-            from zkqueue.embedded import ZooKeeperEnsemble
+            from zkqueue.server.embedded import ZooKeeperEnsemble
 
             server = ZooKeeperEnsemble(size=1).start_all()
             hosts = server.connect_string

@@ -1,3 +1,3 @@
 """Every test gets a real ZooKeeper: see zkqueue/pytest_plugin.py for the fixtures."""
 
-pytest_plugins = ["zkqueue.pytest_plugin"]
+pytest_plugins = ["zkqueue.server.pytest_plugin"]

@@ -1,7 +1,22 @@
 """zkqueue: Apache Curator's ZooKeeper queue recipes for Python, on kazoo.
 
-Public names are imported lazily, so ``import zkqueue.embedded`` (used by tooling before kazoo is installed)
+Public names are imported lazily, so ``import zkqueue.server.embedded`` (used by tooling before kazoo is installed)
 stays light.
+
+Layers, bottom up (each a subpackage):
+
+- ``formats``: item framing, node names, serializers. Pure, no I/O.
+- ``transport``: ZooKeeper requests beyond kazoo's API (multis, multiRead, pipelining), the poll(2) handler, TLS
+  and ACL settings.
+- ``engine``: :class:`DistributedQueue` and the parts it is made of (producer, run loop, takers, leases,
+  completion, delivery), with the seams the layers above build on.
+- ``recipes``: priority, delay, id and simple queues, the sharder, the blocking consumer.
+- ``spark``: the PySpark data source and executor consumers.
+- ``ops``: the command line, queue counts, the demo.
+- ``server``: the embedded ZooKeeper ensemble, its jars and the test kit.
+
+Modules that lived at the top level before this split (``zkqueue.queue``, ``zkqueue.protocol``, ...) still import,
+as aliases of their new homes (see :mod:`zkqueue._moved`).
 """
 
 from __future__ import annotations
@@ -13,48 +28,52 @@ __version__ = "0.1.0.dev0"
 
 _EXPORTS = {
     "QueueBuilder": "zkqueue.builder",
-    "DistributedQueue": "zkqueue.queue",
-    "QueueStats": "zkqueue.queue",
+    "DistributedQueue": "zkqueue.engine.queue",
+    "QueueStats": "zkqueue.engine.queue",
     "QueueConsumer": "zkqueue.consumer",
     "ConnectionState": "zkqueue.consumer",
     "ErrorMode": "zkqueue.consumer",
     "QueuePutListener": "zkqueue.listeners",
-    "BytesSerializer": "zkqueue.serializers",
-    "StrSerializer": "zkqueue.serializers",
-    "JsonSerializer": "zkqueue.serializers",
-    "QueueSerializer": "zkqueue.serializers",
-    "ZooKeeperEnsemble": "zkqueue.embedded",
-    "DistributedPriorityQueue": "zkqueue.priority",
-    "DistributedDelayQueue": "zkqueue.delay",
-    "DistributedIdQueue": "zkqueue.ids",
-    "SimpleDistributedQueue": "zkqueue.simple",
+    "BytesSerializer": "zkqueue.formats.serializers",
+    "StrSerializer": "zkqueue.formats.serializers",
+    "JsonSerializer": "zkqueue.formats.serializers",
+    "QueueSerializer": "zkqueue.formats.serializers",
+    "ZooKeeperEnsemble": "zkqueue.server.embedded",
+    "DistributedPriorityQueue": "zkqueue.recipes.priority",
+    "DistributedDelayQueue": "zkqueue.recipes.delay",
+    "DistributedIdQueue": "zkqueue.recipes.ids",
+    "SimpleDistributedQueue": "zkqueue.recipes.simple",
     "NoSuchElementError": "zkqueue.errors",
-    "BlockingQueueConsumer": "zkqueue.blocking",
-    "QueueSharder": "zkqueue.sharder",
-    "QueueSharderPolicies": "zkqueue.sharder",
-    "QueueAllocator": "zkqueue.sharder",
-    "LeaderLatch": "zkqueue.sharder",
-    "PollingHandler": "zkqueue.handler",
-    "new_client": "zkqueue.handler",
+    "BlockingQueueConsumer": "zkqueue.recipes.blocking",
+    "QueueSharder": "zkqueue.recipes.sharder",
+    "QueueSharderPolicies": "zkqueue.recipes.sharder",
+    "QueueAllocator": "zkqueue.recipes.sharder",
+    "LeaderLatch": "zkqueue.recipes.sharder",
+    "PollingHandler": "zkqueue.transport.handler",
+    "new_client": "zkqueue.transport.handler",
 }
 
 __all__ = sorted(_EXPORTS)
 
+from zkqueue import _moved  # noqa: E402 - old import paths
+
+_moved.install()
+
 if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.builder import QueueBuilder
     from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer
-    from zkqueue.embedded import ZooKeeperEnsemble
-    from zkqueue.handler import PollingHandler, new_client
+    from zkqueue.server.embedded import ZooKeeperEnsemble
+    from zkqueue.transport.handler import PollingHandler, new_client
     from zkqueue.listeners import QueuePutListener
-    from zkqueue.queue import DistributedQueue, QueueStats
-    from zkqueue.serializers import BytesSerializer, JsonSerializer, QueueSerializer, StrSerializer
-    from zkqueue.blocking import BlockingQueueConsumer
-    from zkqueue.delay import DistributedDelayQueue
-    from zkqueue.ids import DistributedIdQueue
-    from zkqueue.priority import DistributedPriorityQueue
-    from zkqueue.sharder import LeaderLatch, QueueAllocator, QueueSharder, QueueSharderPolicies
+    from zkqueue.engine.queue import DistributedQueue, QueueStats
+    from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, QueueSerializer, StrSerializer
+    from zkqueue.recipes.blocking import BlockingQueueConsumer
+    from zkqueue.recipes.delay import DistributedDelayQueue
+    from zkqueue.recipes.ids import DistributedIdQueue
+    from zkqueue.recipes.priority import DistributedPriorityQueue
+    from zkqueue.recipes.sharder import LeaderLatch, QueueAllocator, QueueSharder, QueueSharderPolicies
     from zkqueue.errors import NoSuchElementError
-    from zkqueue.simple import SimpleDistributedQueue
+    from zkqueue.recipes.simple import SimpleDistributedQueue
 
 
 def __getattr__(name: str) -> Any:

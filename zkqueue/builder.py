@@ -9,9 +9,9 @@ from typing import Any, Generic, Sequence, TypeVar
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from . import naming
-from .errors import ConfigurationError
-from .queue import DistributedQueue
+from zkqueue.formats import naming
+from zkqueue.errors import ConfigurationError
+from zkqueue.engine.queue import DistributedQueue
 
 log = logging.getLogger("zkqueue.builder")
 
@@ -116,17 +116,17 @@ class QueueBuilder(Generic[T]):
 
     def acl(self, acl: Sequence[ACL]) -> "QueueBuilder[T]":
         """ACL of every node the queue creates: the queue, lock and quarantine nodes, items, locks and fences
-        (see ``zkqueue.security.queue_acl``). Default: the client's ``default_acl``."""
+        (see ``zkqueue.transport.security.queue_acl``). Default: the client's ``default_acl``."""
         entries = list(acl)
         if not entries or not all(isinstance(a, ACL) for a in entries):
-            raise ConfigurationError("acl must be a non-empty list of kazoo ACL entries (zkqueue.security.queue_acl)")
+            raise ConfigurationError("acl must be a non-empty list of kazoo ACL entries (zkqueue.transport.security.queue_acl)")
         self._options["acl"] = entries
         return self
 
     def auth(self, credential: str, scheme: str = "digest") -> "QueueBuilder[T]":
         """Credentials the queue adds to its client at start(): ``auth("user:password")`` for digest."""
         if scheme == "digest":
-            from .security import parse_auth  # noqa: PLC0415
+            from zkqueue.transport.security import parse_auth  # noqa: PLC0415
 
             parse_auth(credential)  # a clear error for a malformed "user:password"
         self._options["auth"] = [*self._options.get("auth", []), (scheme, credential)]
@@ -144,26 +144,26 @@ class QueueBuilder(Generic[T]):
 
     # -- the queue family (recipe classes live in their own modules; imported here lazily)
     def build_priority_queue(self, min_items_before_refresh: int) -> Any:
-        """A :class:`zkqueue.priority.DistributedPriorityQueue`: ``put(item, priority)``, lower first.
+        """A :class:`zkqueue.recipes.priority.DistributedPriorityQueue`: ``put(item, priority)``, lower first.
 
         ``min_items_before_refresh`` (>= 0): a higher-priority arrival overtakes after at most that many items.
         """
-        from .priority import DistributedPriorityQueue  # noqa: PLC0415 - avoids an import cycle
+        from zkqueue.recipes.priority import DistributedPriorityQueue  # noqa: PLC0415 - avoids an import cycle
 
         return self._build(DistributedPriorityQueue, min_items_before_refresh=min_items_before_refresh)
 
     def build_delay_queue(self, requeue_backoff: float | None = None) -> Any:
-        """A :class:`zkqueue.delay.DistributedDelayQueue`: ``put(item, delay_until_epoch_ms)``.
+        """A :class:`zkqueue.recipes.delay.DistributedDelayQueue`: ``put(item, delay_until_epoch_ms)``.
 
         ``requeue_backoff`` (seconds): a failed item is requeued due no earlier than now + backoff; None keeps
         its original due time.
         """
-        from .delay import DistributedDelayQueue  # noqa: PLC0415
+        from zkqueue.recipes.delay import DistributedDelayQueue  # noqa: PLC0415
 
         return self._build(DistributedDelayQueue, requeue_backoff=requeue_backoff)
 
     def build_id_queue(self) -> Any:
-        """A :class:`zkqueue.ids.DistributedIdQueue`: ``put(item, id)``, ``remove(id)``, ``is_queued(id)``."""
-        from .ids import DistributedIdQueue  # noqa: PLC0415
+        """A :class:`zkqueue.recipes.ids.DistributedIdQueue`: ``put(item, id)``, ``remove(id)``, ``is_queued(id)``."""
+        from zkqueue.recipes.ids import DistributedIdQueue  # noqa: PLC0415
 
         return self._build(DistributedIdQueue)

@@ -64,7 +64,7 @@ class _CallableConsumer(QueueConsumer[Any]):
 def as_consumer(consumer: Any) -> QueueConsumer[Any] | None:
     """Return a QueueConsumer for ``consumer`` (a QueueConsumer, any object with ``consume_message``, a
     callable, or None for a producer-only queue)."""
-    from .errors import ConfigurationError
+    from zkqueue.errors import ConfigurationError
 
     if consumer is None or isinstance(consumer, QueueConsumer):
         return consumer

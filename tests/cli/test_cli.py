@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from zkqueue import framing
-from zkqueue.embedded import find_leftover_servers
-from zkqueue.testing import make_client, wait_for
+from zkqueue.formats import framing
+from zkqueue.server.embedded import find_leftover_servers
+from zkqueue.server.testing import make_client, wait_for
 
-ZKQUEUE = [sys.executable, "-m", "zkqueue.cli"]
+ZKQUEUE = [sys.executable, "-m", "zkqueue.ops.cli"]
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -88,11 +88,11 @@ def test_unreachable_server_is_a_clear_error() -> None:
 
 
 def test_check_java_module_reports_the_version() -> None:
-    out = subprocess.run([sys.executable, "-m", "zkqueue.check_java"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "zkqueue.server.check_java"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "Java" in out.stdout
     env = dict(os.environ, PATH="/nonexistent")
     bad = subprocess.run(
-        [sys.executable, "-m", "zkqueue.check_java"], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-m", "zkqueue.server.check_java"], capture_output=True, text=True, timeout=60, env=env
     )
     assert bad.returncode == 1 and "openjdk-17" in bad.stderr
 

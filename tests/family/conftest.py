@@ -1,4 +1,4 @@
-"""Shared helpers for the queue-family tests (fixtures come from zkqueue.pytest_plugin)."""
+"""Shared helpers for the queue-family tests (fixtures come from zkqueue.server.pytest_plugin)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from zkqueue.builder import QueueBuilder
-from zkqueue.serializers import JsonSerializer
+from zkqueue.formats.serializers import JsonSerializer
 
 
 class Recorder:

@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from zkqueue.blocking import BlockingQueueConsumer
+from zkqueue.recipes.blocking import BlockingQueueConsumer
 from zkqueue.builder import QueueBuilder
 from zkqueue.consumer import ConnectionState
 from zkqueue.errors import ConfigurationError, QueueClosedError
-from zkqueue.serializers import JsonSerializer
-from zkqueue.testing import expire_session, wait_for
+from zkqueue.formats.serializers import JsonSerializer
+from zkqueue.server.testing import expire_session, wait_for
 
 QPATH = "/family/blocking"
 LPATH = "/family/blocking-locks"

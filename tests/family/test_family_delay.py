@@ -9,12 +9,12 @@ import threading
 import pytest
 from familyutil import Recorder, producer
 
-from zkqueue import naming
+from zkqueue.formats import naming
 from zkqueue.builder import QueueBuilder
-from zkqueue.delay import DistributedDelayQueue, now_ms
+from zkqueue.recipes.delay import DistributedDelayQueue, now_ms
 from zkqueue.errors import ConfigurationError
-from zkqueue.serializers import JsonSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import JsonSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/family/delay"
 LPATH = "/family/delay-locks"

@@ -9,12 +9,12 @@ import random
 import pytest
 from familyutil import Recorder, producer
 
-from zkqueue import naming
+from zkqueue.formats import naming
 from zkqueue.builder import QueueBuilder
-from zkqueue.delay import now_ms
-from zkqueue.serializers import BytesSerializer
-from zkqueue.simple import SimpleDistributedQueue
-from zkqueue.testing import wait_for
+from zkqueue.recipes.delay import now_ms
+from zkqueue.formats.serializers import BytesSerializer
+from zkqueue.recipes.simple import SimpleDistributedQueue
+from zkqueue.server.testing import wait_for
 
 pytestmark = pytest.mark.interop
 

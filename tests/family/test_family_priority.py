@@ -8,12 +8,12 @@ import threading
 import pytest
 from familyutil import Recorder, producer
 
-from zkqueue import naming
+from zkqueue.formats import naming
 from zkqueue.builder import QueueBuilder
 from zkqueue.errors import ConfigurationError, QueueNotStartedError
-from zkqueue.priority import DistributedPriorityQueue
-from zkqueue.serializers import JsonSerializer
-from zkqueue.testing import wait_for
+from zkqueue.recipes.priority import DistributedPriorityQueue
+from zkqueue.formats.serializers import JsonSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/family/prio"
 LPATH = "/family/prio-locks"

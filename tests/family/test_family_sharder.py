@@ -11,9 +11,9 @@ import pytest
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.errors import ConfigurationError, QueueNotStartedError
-from zkqueue.serializers import JsonSerializer
-from zkqueue.sharder import LeaderLatch, QueueSharder, QueueSharderPolicies, initial_shard_name, is_shard_name
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import JsonSerializer
+from zkqueue.recipes.sharder import LeaderLatch, QueueSharder, QueueSharderPolicies, initial_shard_name, is_shard_name
+from zkqueue.server.testing import wait_for
 
 QPATH = "/family/sharded"
 LEADER = "/family/sharded-leader"
@@ -184,7 +184,7 @@ def test_only_the_leader_adds_shards(zk_client, zk_client_factory) -> None:
 
 
 def test_leader_latch_failover_and_expiry(zk_client_factory) -> None:
-    from zkqueue.testing import expire_session
+    from zkqueue.server.testing import expire_session
 
     c1, c2 = zk_client_factory(), zk_client_factory()
     first, second = LeaderLatch(c1, LEADER, "one"), LeaderLatch(c2, LEADER, "two")

@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from zkqueue.errors import ConfigurationError
-from zkqueue.simple import NoSuchElementError, SimpleDistributedQueue
-from zkqueue.testing import expire_session, wait_for
+from zkqueue.recipes.simple import NoSuchElementError, SimpleDistributedQueue
+from zkqueue.server.testing import expire_session, wait_for
 
 QPATH = "/family/simple"
 
@@ -175,7 +175,7 @@ def test_bad_arguments(zk_client) -> None:
 def test_take_survives_server_restart(zk_private_server) -> None:
     """A blocked take() keeps waiting through a connection loss (server restarted, session kept) and gets an
     item offered after the reconnect."""
-    from zkqueue.testing import make_client
+    from zkqueue.server.testing import make_client
 
     client = make_client(zk_private_server.connect_string, timeout=30.0)
     other_client = make_client(zk_private_server.connect_string, timeout=30.0)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from zkqueue.embedded import ZooKeeperEnsemble
+from zkqueue.server.embedded import ZooKeeperEnsemble
 
 RESULTS_DIR = Path(__file__).parent / "results"
 _FIGURES: dict[str, dict] = {}

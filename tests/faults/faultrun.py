@@ -1,6 +1,6 @@
 """Drive one fault run: 4 producer and 4 consumer processes on a queue, faults, a probe, then the accounting.
 
-Consumer ``c0`` always reaches the ensemble through one :class:`zkqueue.testing_proxy.TcpProxy` per node, so
+Consumer ``c0`` always reaches the ensemble through one :class:`zkqueue.server.testing_proxy.TcpProxy` per node, so
 it can be cut off; the others connect directly.
 """
 
@@ -19,10 +19,10 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from zkqueue.builder import QueueBuilder
-from zkqueue.embedded import ZooKeeperEnsemble
-from zkqueue.serializers import StrSerializer
-from zkqueue.testing import make_client, unique_chroot, wait_for
-from zkqueue.testing_proxy import TcpProxy
+from zkqueue.server.embedded import ZooKeeperEnsemble
+from zkqueue.formats.serializers import StrSerializer
+from zkqueue.server.testing import make_client, unique_chroot, wait_for
+from zkqueue.server.testing_proxy import TcpProxy
 
 from faultcheck import Accounting, account, read_journal  # type: ignore[import-not-found]
 

@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
-from zkqueue.serializers import StrSerializer
+from zkqueue.formats.serializers import StrSerializer
 
 FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 1.0}
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zkqueue import framing
+from zkqueue.formats import framing
 from zkqueue.builder import QueueBuilder
 from zkqueue.errors import CorruptItemError, LockPathConflictError
-from zkqueue.serializers import BytesSerializer, StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import BytesSerializer, StrSerializer
+from zkqueue.server.testing import wait_for
 
 pytestmark = pytest.mark.faults
 

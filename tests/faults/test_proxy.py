@@ -1,4 +1,4 @@
-"""zkqueue.testing_proxy.TcpProxy: passes bytes, stalls them, drops connections, heals; and a kazoo client
+"""zkqueue.server.testing_proxy.TcpProxy: passes bytes, stalls them, drops connections, heals; and a kazoo client
 through it loses its session to a stall longer than the session timeout, then carries on."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient, KazooState
 
-from zkqueue.testing import wait_for
-from zkqueue.testing_proxy import ProxyMode, TcpProxy
+from zkqueue.server.testing import wait_for
+from zkqueue.server.testing_proxy import ProxyMode, TcpProxy
 
 
 class _Echo(socketserver.BaseRequestHandler):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zkqueue.testing import DockerZooKeeper, docker_available, make_client
+from zkqueue.server.testing import DockerZooKeeper, docker_available, make_client
 
 pytestmark = pytest.mark.docker
 

@@ -12,9 +12,9 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 
-from zkqueue.embedded import ZooKeeperEnsemble, find_leftover_servers, four_letter_word, free_ports, java_version
+from zkqueue.server.embedded import ZooKeeperEnsemble, find_leftover_servers, four_letter_word, free_ports, java_version
 from zkqueue.errors import EnvironmentProblem, ServerStartError
-from zkqueue.testing import expire_session, make_client, wait_for
+from zkqueue.server.testing import expire_session, make_client, wait_for
 
 
 def test_java_is_17_or_newer() -> None:
@@ -167,7 +167,7 @@ def test_port_clash_is_reported_with_the_log(tmp_path) -> None:
 
 
 def test_missing_jar_is_named(tmp_path, monkeypatch) -> None:
-    from zkqueue.jars import zookeeper_classpath  # noqa: PLC0415
+    from zkqueue.server.jars import zookeeper_classpath  # noqa: PLC0415
 
     without_snappy = os.pathsep.join(p for p in zookeeper_classpath().split(os.pathsep) if "snappy" not in p)
     ens = ZooKeeperEnsemble(1, classpath=without_snappy, start_timeout=30)
@@ -189,7 +189,7 @@ def test_no_jvm_survives_its_python_parent(tmp_path) -> None:
     script = textwrap.dedent(
         """
         import os, sys
-        from zkqueue.embedded import ZooKeeperEnsemble
+        from zkqueue.server.embedded import ZooKeeperEnsemble
         ens = ZooKeeperEnsemble(1).start_all()
         print(ens.pid(0), flush=True)
         os.kill(os.getpid(), 9)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 from zkqueue.builder import QueueBuilder
-from zkqueue.serializers import StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import StrSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/queues/bounded"
 LPATH = "/queues/bounded-locks"

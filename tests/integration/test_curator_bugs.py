@@ -8,8 +8,8 @@ from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.consumer import ConnectionState, QueueConsumer
-from zkqueue.serializers import JsonSerializer, StrSerializer
-from zkqueue.testing import expire_session, wait_for
+from zkqueue.formats.serializers import JsonSerializer, StrSerializer
+from zkqueue.server.testing import expire_session, wait_for
 
 QPATH = "/queues/jobs"
 LPATH = "/queues/jobs-locks"

@@ -10,12 +10,12 @@ import pytest
 from kazoo.exceptions import NoNodeError
 from kazoo.security import make_acl
 
-from zkqueue import framing, naming, protocol
+from zkqueue.formats import framing, naming; from zkqueue.transport import protocol
 from zkqueue.builder import QueueBuilder
 from zkqueue.errors import ItemTooLargeError, QueuePermissionError
 from zkqueue.listeners import QueuePutListener
-from zkqueue.serializers import StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import StrSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/queues/group-commit"
 

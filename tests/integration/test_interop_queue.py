@@ -9,8 +9,8 @@ import pytest
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.interop import CuratorPeer
-from zkqueue.serializers import BytesSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import BytesSerializer
+from zkqueue.server.testing import wait_for
 
 pytestmark = pytest.mark.interop
 

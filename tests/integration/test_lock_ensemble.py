@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from zkqueue.builder import QueueBuilder
-from zkqueue.serializers import JsonSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import JsonSerializer
+from zkqueue.server.testing import wait_for
 
 pytestmark = [pytest.mark.ensemble, pytest.mark.faults]
 

@@ -14,8 +14,8 @@ from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.consumer import ConnectionState, QueueConsumer
-from zkqueue.serializers import StrSerializer
-from zkqueue.testing import expire_session, wait_for
+from zkqueue.formats.serializers import StrSerializer
+from zkqueue.server.testing import expire_session, wait_for
 
 pytestmark = pytest.mark.faults
 
@@ -27,7 +27,7 @@ CRASHING_CONSUMER = textwrap.dedent(
     import os, sys, threading
     from kazoo.client import KazooClient
     from zkqueue.builder import QueueBuilder
-    from zkqueue.serializers import StrSerializer
+    from zkqueue.formats.serializers import StrSerializer
 
     hosts, qpath, lpath = sys.argv[1:4]
     client = KazooClient(hosts=hosts, timeout=2.0)

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.consumer import ErrorMode
-from zkqueue.serializers import JsonSerializer, StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import JsonSerializer, StrSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/queues/jobs"
 LPATH = "/queues/jobs-locks"
@@ -270,7 +270,7 @@ def test_ack_reply_lost_is_not_a_lost_lock(zk_client, monkeypatch) -> None:
     and knows its own ack went through (no lock_lost, no redelivery)."""
     from kazoo.exceptions import ConnectionLoss
 
-    from zkqueue import protocol
+    from zkqueue.transport import protocol
 
     real = protocol.run_multi
     lost: list = []

@@ -1,4 +1,4 @@
-"""zkqueue.protocol against a real ZooKeeper: multiRead, checked multi, pipelining, packet limits, lost links.
+"""zkqueue.transport.protocol against a real ZooKeeper: multiRead, checked multi, pipelining, packet limits, lost links.
 
 Some tests route the client through a small TCP proxy (below) that reads the request frames on the wire, so
 they can assert how many requests of which opcode were sent, hold replies back, or cut the connection.
@@ -28,7 +28,7 @@ from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.security import ACL, Permissions, make_digest_acl
 
 from zkqueue.errors import ConfigurationError, ItemTooLargeError
-from zkqueue.protocol import (
+from zkqueue.transport.protocol import (
     DEFAULT_JUTE_MAXBUFFER,
     JUTE_MAXBUFFER_ENV,
     MAX_MULTI_OPS,
@@ -534,7 +534,7 @@ def test_create_returns_the_sequential_name_without_the_chroot(proxied_client_fa
 
 
 def client_request_for_create(client: KazooClient, path: str):
-    from zkqueue.protocol import _to_request  # noqa: PLC0415 - the request record kazoo would send
+    from zkqueue.transport.protocol import _to_request  # noqa: PLC0415 - the request record kazoo would send
 
     return _to_request(client, CreateOp(path))
 

@@ -18,8 +18,8 @@ from zkqueue.errors import (
     QueueStateError,
 )
 from zkqueue.listeners import QueuePutListener
-from zkqueue.serializers import BytesSerializer, JsonSerializer, StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, StrSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/queues/jobs"
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from zkqueue.children import ChildrenCache
-from zkqueue.testing import expire_session, wait_for
+from zkqueue.engine.children import ChildrenCache
+from zkqueue.server.testing import expire_session, wait_for
 
 PATH = "/cache/node"
 

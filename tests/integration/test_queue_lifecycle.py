@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.listeners import QueuePutListener
-from zkqueue.serializers import JsonSerializer, StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.formats.serializers import JsonSerializer, StrSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/queues/life"
 LPATH = "/queues/life-locks"

@@ -8,9 +8,9 @@ import pytest
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.errors import SerializationError
-from zkqueue.queue import DistributedQueue
-from zkqueue.serializers import JsonSerializer, StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.engine.queue import DistributedQueue
+from zkqueue.formats.serializers import JsonSerializer, StrSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/queues/jobs"
 LPATH = "/queues/jobs-locks"
@@ -67,7 +67,7 @@ def test_loop_survives_sort_hook_raising(zk_client, caplog) -> None:
 
     got: list = []
     q = FlakySort(zk_client, got.append, JsonSerializer(), QPATH)
-    with caplog.at_level(logging.ERROR, logger="zkqueue.queue"), q:
+    with caplog.at_level(logging.ERROR, logger="zkqueue.engine.queue"), q:
         q.put(1)
         q.put(2)
         wait_for(lambda: got == [1, 2], message=f"got {got}")
@@ -95,7 +95,7 @@ def test_loop_survives_get_delay_raising(zk_client) -> None:
 def test_foreign_node_skipped_and_not_counted(zk_client, caplog) -> None:
     zk_client.ensure_path(f"{QPATH}/not-an-item")
     got: list = []
-    with caplog.at_level(logging.WARNING, logger="zkqueue.queue"):
+    with caplog.at_level(logging.WARNING, logger="zkqueue.engine.queue"):
         with QueueBuilder.builder(zk_client, got.append, JsonSerializer(), QPATH).build_queue() as q:
             for i in range(3):
                 q.put(i)
@@ -142,7 +142,7 @@ def _lose_first_reply(monkeypatch, match) -> list:
     """Let ZooKeeper commit the first multi whose ops satisfy ``match``, then pretend its reply was lost."""
     from kazoo.exceptions import ConnectionLoss
 
-    from zkqueue import protocol
+    from zkqueue.transport import protocol
 
     real_send = protocol.send_multi
     lost: list = []
@@ -169,7 +169,7 @@ def _lose_first_reply(monkeypatch, match) -> list:
 
 def _is_take(ops) -> bool:
     """A no-lock take: a receipt create followed by item deletes."""
-    from zkqueue.protocol import CreateOp, DeleteOp
+    from zkqueue.transport.protocol import CreateOp, DeleteOp
 
     return isinstance(ops[0], CreateOp) and len(ops) > 1 and all(isinstance(op, DeleteOp) for op in ops[1:])
 
@@ -191,7 +191,7 @@ def test_plain_take_lost_to_a_competitor_is_not_delivered(zk_client_factory, mon
     not be delivered again. The receipt of our multi decides, not whether the items are gone."""
     from kazoo.exceptions import ConnectionLoss
 
-    from zkqueue import framing, protocol
+    from zkqueue.formats import framing; from zkqueue.transport import protocol
 
     producer = zk_client_factory()
     rival = zk_client_factory()

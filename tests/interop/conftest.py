@@ -1,6 +1,6 @@
 """Interop tests against Apache Curator 5.9.0 through the Java Curator peer (zkqueue.interop).
 
-ZooKeeper fixtures (``zk_hosts``, ``zk_client``) come from zkqueue.pytest_plugin via tests/conftest.py; the
+ZooKeeper fixtures (``zk_hosts``, ``zk_client``) come from zkqueue.server.pytest_plugin via tests/conftest.py; the
 ``interop`` marker is registered in setup.cfg.
 """
 

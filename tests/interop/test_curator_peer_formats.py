@@ -1,5 +1,5 @@
 """What Curator 5.9.0 writes to ZooKeeper, read back with kazoo: frames and node names, checked against the
-documented bytes and against zkqueue.framing / zkqueue.naming."""
+documented bytes and against zkqueue.formats.framing / zkqueue.formats.naming."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from zkqueue import naming
-from zkqueue.framing import decode_items, encode_items
+from zkqueue.formats import naming
+from zkqueue.formats.framing import decode_items, encode_items
 from zkqueue.interop import CuratorPeer
 
 pytestmark = pytest.mark.interop
@@ -20,7 +20,7 @@ INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 
 
 def _frame(*payloads: bytes) -> bytes:
-    """Curator's ItemSerializer layout, written out by hand (independent of zkqueue.framing)."""
+    """Curator's ItemSerializer layout, written out by hand (independent of zkqueue.formats.framing)."""
     body = b"".join(b"\x01" + struct.pack(">i", len(p)) + p for p in payloads)
     return b"\x00\x01\x00\x01" + body + b"\x02"
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from zkqueue.framing import encode_items
+from zkqueue.formats.framing import encode_items
 from zkqueue.interop import CuratorPeer
 
 pytestmark = pytest.mark.interop

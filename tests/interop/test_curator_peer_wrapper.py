@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import zkqueue.jars
+import zkqueue.server.jars
 from zkqueue.errors import ConfigurationError, EnvironmentProblem
 from zkqueue.interop import CuratorPeer, CuratorPeerError, compiled_peer
 
@@ -58,7 +58,7 @@ def test_missing_java_is_an_environment_problem(tmp_path: Path, monkeypatch: pyt
 
 
 def test_missing_curator_jars_is_an_environment_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(zkqueue.jars, "pyspark_jars_dir", lambda: tmp_path)
+    monkeypatch.setattr(zkqueue.server.jars, "pyspark_jars_dir", lambda: tmp_path)
     with pytest.raises(EnvironmentProblem, match="curator"):
         CuratorPeer("127.0.0.1:1").consume("/q", count=1, timeout=1)
 

@@ -10,12 +10,12 @@ import pytest
 from kazoo.exceptions import NoAuthError
 from kazoo.security import Permissions
 
-from zkqueue import framing
+from zkqueue.formats import framing
 from zkqueue.builder import QueueBuilder
 from zkqueue.errors import ConfigurationError, QueuePermissionError
-from zkqueue.security import TlsOptions, client_kwargs, digest_acl, parse_acl, parse_auth, queue_acl
-from zkqueue.serializers import StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.transport.security import TlsOptions, client_kwargs, digest_acl, parse_acl, parse_auth, queue_acl
+from zkqueue.formats.serializers import StrSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/secure/jobs"
 LPATH = "/secure/jobs-locks"
@@ -117,7 +117,7 @@ def test_reader_may_look_but_not_consume(zk_client_factory) -> None:
 
 
 def test_cli_auth_puts_consumes_and_refuses_without(zk_hosts, zk_client_factory) -> None:
-    cli = [sys.executable, "-m", "zkqueue.cli"]
+    cli = [sys.executable, "-m", "zkqueue.ops.cli"]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=90)
@@ -140,7 +140,7 @@ def test_cli_auth_puts_consumes_and_refuses_without(zk_hosts, zk_client_factory)
 
 
 def test_cli_acl_option_grants_a_reader(zk_hosts, zk_client_factory) -> None:
-    cmd = [sys.executable, "-m", "zkqueue.cli", "put", "--connect", zk_hosts, "--auth", AUTH,
+    cmd = [sys.executable, "-m", "zkqueue.ops.cli", "put", "--connect", zk_hosts, "--auth", AUTH,
            "--acl", "digest:app:s3cret:all,world:anyone:read", QPATH, "visible"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr

@@ -9,9 +9,9 @@ from kazoo.exceptions import NoAuthError
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.errors import ConfigurationError, QueuePermissionError
-from zkqueue.security import queue_acl
-from zkqueue.serializers import StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.transport.security import queue_acl
+from zkqueue.formats.serializers import StrSerializer
+from zkqueue.server.testing import wait_for
 
 QPATH = "/acl-builder/jobs"
 LPATH = "/acl-builder/jobs-locks"

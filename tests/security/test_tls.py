@@ -1,5 +1,5 @@
 """TLS: a real ZooKeeper serving TLS (netty, PKCS12 keystores made here with the JDK's keytool), reached through
-kazoo's TLS options (``zkqueue.security.TlsOptions``), with and without client certificates."""
+kazoo's TLS options (``zkqueue.transport.security.TlsOptions``), with and without client certificates."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from zkqueue.builder import QueueBuilder
-from zkqueue.embedded import ZooKeeperEnsemble, free_port
-from zkqueue.security import TlsOptions, secure_client
-from zkqueue.serializers import StrSerializer
-from zkqueue.testing import wait_for
+from zkqueue.server.embedded import ZooKeeperEnsemble, free_port
+from zkqueue.transport.security import TlsOptions, secure_client
+from zkqueue.formats.serializers import StrSerializer
+from zkqueue.server.testing import wait_for
 
 PASSWORD = "changeit-zkq"
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from zkqueue import naming
+from zkqueue.formats import naming
 from zkqueue.errors import ConfigurationError
 from zkqueue.spark import consume, put_partition, read_queue
 

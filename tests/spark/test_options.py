@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from zkqueue import framing, naming
+from zkqueue.formats import framing, naming
 from zkqueue.errors import ConfigurationError, InvalidPathError, ItemTooLargeError, SerializationError
 from zkqueue.spark import put_partition
 from zkqueue.spark.options import SinkOptions

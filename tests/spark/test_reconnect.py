@@ -15,12 +15,12 @@ from collections import Counter
 
 import pytest
 
-from zkqueue import framing
+from zkqueue.formats import framing
 from zkqueue.spark import put_partition
 from zkqueue.spark.clients import SessionLostError, ZkSettings, close_all, get_client
 from zkqueue.spark.consumers import ConsumerSpec, run_consumer_task
-from zkqueue.testing import wait_for
-from zkqueue.testing_proxy import TcpProxy
+from zkqueue.server.testing import wait_for
+from zkqueue.server.testing_proxy import TcpProxy
 
 pytestmark = pytest.mark.spark
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from zkqueue import framing
+from zkqueue.formats import framing
 from zkqueue.spark import put_partition
-from zkqueue.testing import make_client, unique_chroot
+from zkqueue.server.testing import make_client, unique_chroot
 
 from spark_helpers import handled
 

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 from kazoo.client import KazooClient
 
-from zkqueue import framing, naming
+from zkqueue.formats import framing, naming
 from zkqueue.spark import put_partition, read_queue
-from zkqueue.testing import wait_for
+from zkqueue.server.testing import wait_for
 
 pytestmark = pytest.mark.spark
 

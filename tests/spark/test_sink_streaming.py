@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from zkqueue import framing
+from zkqueue.formats import framing
 
 pytestmark = pytest.mark.spark
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkqueue import framing
+from zkqueue.formats import framing
 from zkqueue.errors import CorruptItemError
-from zkqueue.framing import EMPTY_FRAME, decode_items, encode_items, framed_size
+from zkqueue.formats.framing import EMPTY_FRAME, decode_items, encode_items, framed_size
 
 ABC_FRAME = bytes.fromhex("00010001" "01" "00000003" "616263" "02")
 
@@ -98,7 +98,7 @@ def test_corruption_after_good_items_reports_position() -> None:
 def test_trailing_bytes_ignored_like_curator(caplog: pytest.LogCaptureFixture) -> None:
     # Curator's deserialize stops at EOF and never reads further: such a node is consumed normally.
     data = ABC_FRAME + b"\x01junk"
-    with caplog.at_level(logging.WARNING, logger="zkqueue.framing"):
+    with caplog.at_level(logging.WARNING, logger="zkqueue.formats.framing"):
         assert decode_items(data) == [b"abc"]
     assert "ignoring 5 trailing byte(s)" in caplog.text
 

@@ -1,4 +1,4 @@
-"""zkqueue.handler.poll_select: select(2) semantics through one poll(2), on real socket pairs."""
+"""zkqueue.transport.handler.poll_select: select(2) semantics through one poll(2), on real socket pairs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import pytest
 from kazoo.handlers.threading import SequentialThreadingHandler
 
-from zkqueue.handler import PollingHandler, new_client, poll_select
+from zkqueue.transport.handler import PollingHandler, new_client, poll_select
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkqueue import naming
+from zkqueue.formats import naming
 from zkqueue.errors import ConfigurationError, InvalidPathError
-from zkqueue.naming import (
+from zkqueue.formats.naming import (
     delay_prefix,
     delay_sort_key,
     encode_delay,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kazoo.protocol.paths import _prefix_root
 
-from zkqueue.protocol import _full_path
+from zkqueue.transport.protocol import _full_path
 
 PATHS = ["/a", "/a/b", "/q/queue-", "/a/b/", "/a//b", "/a/./b", "/a/../b", "a/b", "/", "/a.b/c.d", "/.hidden"]
 
@@ -49,7 +49,7 @@ def test_send_creates_bytes_equal_kazoo_transaction(chroot: str, seed: int) -> N
     from kazoo.protocol.serialization import Transaction
     from kazoo.security import make_acl, make_digest_acl
 
-    from zkqueue.protocol import CreateOp, _to_request, send_creates
+    from zkqueue.transport.protocol import CreateOp, _to_request, send_creates
 
     rng = random.Random(seed)
     acls = [None, [make_acl("world", "anyone", all=True)],
@@ -71,7 +71,7 @@ def test_send_creates_bytes_equal_kazoo_transaction(chroot: str, seed: int) -> N
 
 def test_send_creates_checks_before_sending() -> None:
     from zkqueue.errors import ItemTooLargeError
-    from zkqueue.protocol import send_creates
+    from zkqueue.transport.protocol import send_creates
 
     client = _RecordingClient()
     with pytest.raises(TypeError):
@@ -92,7 +92,7 @@ def test_multi_body_equals_kazoo_transaction(chroot: str, seed: int) -> None:
     from kazoo.protocol.serialization import Transaction
     from kazoo.security import make_acl, make_digest_acl
 
-    from zkqueue.protocol import CheckOp, CreateOp, DeleteOp, SetDataOp, _to_request, multi_body
+    from zkqueue.transport.protocol import CheckOp, CreateOp, DeleteOp, SetDataOp, _to_request, multi_body
 
     rng = random.Random(1000 + seed)
     acls = [None, [make_acl("world", "anyone", all=True)], [make_digest_acl("u", "p", all=True)]]
@@ -124,7 +124,7 @@ def test_prebuilt_multi_reply_parses_like_kazoo(seed: int) -> None:
 
     from kazoo.protocol.serialization import Transaction, int_struct, multiheader_struct, stat_struct, write_string
 
-    from zkqueue.protocol import _PrebuiltTransaction
+    from zkqueue.transport.protocol import _PrebuiltTransaction
 
     rng = random.Random(seed)
     body = bytearray(b"\x00" * 3)  # the reply starts at an offset, as in kazoo's connection

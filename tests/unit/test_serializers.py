@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zkqueue.errors import ConfigurationError, SerializationError
-from zkqueue.serializers import BytesSerializer, JsonSerializer, QueueSerializer, StrSerializer
+from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, QueueSerializer, StrSerializer
 
 
 class Upper:

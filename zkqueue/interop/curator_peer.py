@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from zkqueue.errors import ConfigurationError, CuratorPeerError, EnvironmentProblem
-from zkqueue.jars import curator_classpath
+from zkqueue.server.jars import curator_classpath
 
 log = logging.getLogger("zkqueue.interop.curator_peer")
 

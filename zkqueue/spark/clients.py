@@ -35,7 +35,7 @@ from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from zkqueue.errors import ConfigurationError, ZkQueueError
-from zkqueue.handler import new_client
+from zkqueue.transport.handler import new_client
 
 log = logging.getLogger("zkqueue.spark.clients")
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from zkqueue import framing, naming, protocol
+from zkqueue.formats import framing, naming; from zkqueue.transport import protocol
 from zkqueue.errors import ConfigurationError
 from zkqueue.spark.clients import (
     DEFAULT_SESSION_TIMEOUT,
@@ -90,18 +90,18 @@ class ConsumeResult:
 
 def _queue_class(kind: str) -> type:
     if kind == "plain":
-        from zkqueue.queue import DistributedQueue  # noqa: PLC0415
+        from zkqueue.engine.queue import DistributedQueue  # noqa: PLC0415
 
         return DistributedQueue
     if kind == "priority":
-        from zkqueue.priority import DistributedPriorityQueue  # noqa: PLC0415
+        from zkqueue.recipes.priority import DistributedPriorityQueue  # noqa: PLC0415
 
         return DistributedPriorityQueue
     if kind == "delay":
-        from zkqueue.delay import DistributedDelayQueue  # noqa: PLC0415
+        from zkqueue.recipes.delay import DistributedDelayQueue  # noqa: PLC0415
 
         return DistributedDelayQueue
-    from zkqueue.ids import DistributedIdQueue  # noqa: PLC0415
+    from zkqueue.recipes.ids import DistributedIdQueue  # noqa: PLC0415
 
     return DistributedIdQueue
 

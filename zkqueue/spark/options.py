@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from zkqueue import naming
+from zkqueue.formats import naming
 from zkqueue.errors import ConfigurationError
-from zkqueue.protocol import MAX_MULTI_OPS, jute_max_buffer
+from zkqueue.transport.protocol import MAX_MULTI_OPS, jute_max_buffer
 from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings, parse_auth
 
 log = logging.getLogger("zkqueue.spark.options")
@@ -112,7 +112,7 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
 
 def load_serializer(spec: str) -> Any:
     """Build the serializer ``spec`` names: a built-in name, or ``module:Class`` (instantiated with no args)."""
-    from zkqueue.serializers import BytesSerializer, JsonSerializer, StrSerializer  # noqa: PLC0415
+    from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, StrSerializer  # noqa: PLC0415
 
     if spec == "bytes":
         return BytesSerializer()

@@ -40,7 +40,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
-from zkqueue import framing, naming, protocol
+from zkqueue.formats import framing, naming; from zkqueue.transport import protocol
 from zkqueue.errors import ItemTooLargeError, QueueFullError, QueuePermissionError, SerializationError
 from zkqueue.spark.clients import TRANSIENT_ERRORS, await_session, call_with_reconnect, session_id
 from zkqueue.spark.options import SinkOptions, load_serializer

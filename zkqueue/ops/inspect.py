@@ -7,10 +7,10 @@ import logging
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from zkqueue import naming
+from zkqueue.formats import naming
 from zkqueue.errors import QueuePermissionError
 
-log = logging.getLogger("zkqueue.inspect")
+log = logging.getLogger("zkqueue.ops.inspect")
 
 
 def _children(client: KazooClient, path: str) -> list[str]:

@@ -20,7 +20,7 @@ import select
 import socket
 import threading
 
-log = logging.getLogger("zkqueue.testing_proxy")
+log = logging.getLogger("zkqueue.server.testing_proxy")
 
 _POLL = 0.05
 _CHUNK = 65536

@@ -56,7 +56,7 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from zkqueue.errors import ConfigurationError, ItemTooLargeError
 
-log = logging.getLogger("zkqueue.protocol")
+log = logging.getLogger("zkqueue.transport.protocol")
 
 __all__ = [
     "DEFAULT_JUTE_MAXBUFFER",

@@ -22,8 +22,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_acl, make_digest_acl_credential
 
-from .errors import ConfigurationError
-from .handler import new_client
+from zkqueue.errors import ConfigurationError
+from zkqueue.transport.handler import new_client
 
 #: Permission names accepted by :func:`digest_acl` and :func:`parse_acl`.
 PERMISSIONS = {
@@ -177,7 +177,7 @@ def secure_client(
     tls: TlsOptions | None = None,
     **kazoo_kwargs: Any,
 ) -> KazooClient:
-    """A KazooClient (not started) set up by :func:`client_kwargs`, on :class:`~zkqueue.handler.PollingHandler`
+    """A KazooClient (not started) set up by :func:`client_kwargs`, on :class:`~zkqueue.transport.handler.PollingHandler`
     unless ``handler`` is given; other keyword arguments go to kazoo."""
     return new_client(hosts, **client_kwargs(auth=auth, acl=acl, tls=tls), **kazoo_kwargs)
 

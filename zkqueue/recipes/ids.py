@@ -1,7 +1,7 @@
 """DistributedIdQueue: Curator's id queue (items carry an id; ``remove(id)`` takes them out unconsumed).
 
 Names are Curator's (``queue-|<id>|<seq>``). Fixed against Curator: every id works, including ids with ``/``
-or ``|`` (escaped reversibly by :func:`zkqueue.naming.escape_id`; Curator maps both to ``_`` and then can
+or ``|`` (escaped reversibly by :func:`zkqueue.formats.naming.escape_id`; Curator maps both to ``_`` and then can
 never remove or find such an item), and a requeued item keeps its id. The queue is strict FIFO: the id
 plays no part in the order.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, TypeVar
 
-from . import naming
-from .queue import DistributedQueue
+from zkqueue.formats import naming
+from zkqueue.engine.queue import DistributedQueue
 
-log = logging.getLogger("zkqueue.ids")
+log = logging.getLogger("zkqueue.recipes.ids")
 
 T = TypeVar("T")
 

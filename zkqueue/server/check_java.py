@@ -1,4 +1,4 @@
-"""``python -m zkqueue.check_java``: fail early, with install advice, when Java 17+ is missing.
+"""``python -m zkqueue.server.check_java``: fail early, with install advice, when Java 17+ is missing.
 
 Runs before the virtual environment exists (``make test``), so it imports nothing outside the standard library
 and zkqueue's own light modules.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from zkqueue.embedded import java_version
+from zkqueue.server.embedded import java_version
 from zkqueue.errors import EnvironmentProblem
 
 

@@ -23,10 +23,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from .consumer import ConnectionState, QueueConsumer
-from .errors import ConfigurationError, QueueClosedError
+from zkqueue.consumer import ConnectionState, QueueConsumer
+from zkqueue.errors import ConfigurationError, QueueClosedError
 
-log = logging.getLogger("zkqueue.blocking")
+log = logging.getLogger("zkqueue.recipes.blocking")
 
 T = TypeVar("T")
 

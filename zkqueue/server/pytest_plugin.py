@@ -1,6 +1,6 @@
 """pytest fixtures giving each test a clean chroot on a real ZooKeeper.
 
-Enable with ``pytest_plugins = ["zkqueue.pytest_plugin"]`` in a ``conftest.py``.
+Enable with ``pytest_plugins = ["zkqueue.server.pytest_plugin"]`` in a ``conftest.py``.
 
 Session scope: ``zk_server`` (one node), ``zk_ensemble`` (three nodes). Function scope: ``zk_private_server``
 (a node of the test's own, for destructive tests), ``zk_chroot``, ``zk_hosts``, ``zk_client``,
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from zkqueue.embedded import ZooKeeperEnsemble, find_leftover_servers
-from zkqueue.testing import make_client, server_from_environment, unique_chroot
+from zkqueue.server.embedded import ZooKeeperEnsemble, find_leftover_servers
+from zkqueue.server.testing import make_client, server_from_environment, unique_chroot
 
 ClientFactory = Callable[..., KazooClient]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from zkqueue.errors import EnvironmentProblem
 
-log = logging.getLogger("zkqueue.jars")
+log = logging.getLogger("zkqueue.server.jars")
 
 #: Jar name prefixes a standalone or quorum ZooKeeper server needs. snappy and metrics-core are easy to miss:
 #: without them the server dies after its client port already listens.

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from zkqueue.errors import ConfigurationError, SerializationError
 
-log = logging.getLogger("zkqueue.serializers")
+log = logging.getLogger("zkqueue.formats.serializers")
 
 T = TypeVar("T")
 

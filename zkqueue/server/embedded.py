@@ -29,9 +29,9 @@ from pathlib import Path
 from types import TracebackType
 
 from zkqueue.errors import EnvironmentProblem, ServerStartError
-from zkqueue.jars import zookeeper_classpath
+from zkqueue.server.jars import zookeeper_classpath
 
-log = logging.getLogger("zkqueue.embedded")
+log = logging.getLogger("zkqueue.server.embedded")
 
 #: Marker on every JVM command line we start, so leftovers can be found (``find_leftover_servers``).
 PROCESS_MARKER = "-Dzkqueue.embedded=1"

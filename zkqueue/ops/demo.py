@@ -20,11 +20,11 @@ from rich.table import Table
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from zkqueue import JsonSerializer, QueueBuilder
-from zkqueue.embedded import ZooKeeperEnsemble
+from zkqueue.server.embedded import ZooKeeperEnsemble
 from zkqueue.errors import ServerStartError
-from zkqueue.testing import make_client
+from zkqueue.server.testing import make_client
 
-log = logging.getLogger("zkqueue.demo")
+log = logging.getLogger("zkqueue.ops.demo")
 
 QUEUE_PATH = "/demo/jobs"
 LOCK_PATH = "/demo/jobs-locks"

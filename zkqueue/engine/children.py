@@ -19,9 +19,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
-from .listeners import Dispatcher
+from zkqueue.listeners import Dispatcher
 
-log = logging.getLogger("zkqueue.children")
+log = logging.getLogger("zkqueue.engine.children")
 
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 

@@ -22,10 +22,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError, SessionExpiredError
 from kazoo.protocol.states import KazooState
 
-from . import naming
-from .errors import ConfigurationError, NoSuchElementError
+from zkqueue.formats import naming
+from zkqueue.errors import ConfigurationError, NoSuchElementError
 
-log = logging.getLogger("zkqueue.simple")
+log = logging.getLogger("zkqueue.recipes.simple")
 
 _CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 #: Longest single wait while disconnected before looking at the connection again.

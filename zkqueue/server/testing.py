@@ -1,13 +1,13 @@
 """Helpers for testing code that uses zkqueue against a real ZooKeeper.
 
-The pytest fixtures live in :mod:`zkqueue.pytest_plugin` (enable them with
-``pytest_plugins = ["zkqueue.pytest_plugin"]``); this module has no pytest dependency.
+The pytest fixtures live in :mod:`zkqueue.server.pytest_plugin` (enable them with
+``pytest_plugins = ["zkqueue.server.pytest_plugin"]``); this module has no pytest dependency.
 
 Where the server comes from is chosen by environment variables:
 
 - ``ZKQUEUE_ZK_CONNECT=host:port,...``: an existing cluster (no fault controls);
 - ``ZKQUEUE_ZK=docker``: a ZooKeeper 3.9 container through testcontainers (needs a Docker engine);
-- otherwise an embedded :class:`~zkqueue.embedded.ZooKeeperEnsemble` from the pyspark jars.
+- otherwise an embedded :class:`~zkqueue.server.embedded.ZooKeeperEnsemble` from the pyspark jars.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
 
-from zkqueue.embedded import ZooKeeperEnsemble
+from zkqueue.server.embedded import ZooKeeperEnsemble
 from zkqueue.errors import EnvironmentProblem
-from zkqueue.handler import new_client
+from zkqueue.transport.handler import new_client
 
-log = logging.getLogger("zkqueue.testing")
+log = logging.getLogger("zkqueue.server.testing")
 
 ENV_CONNECT = "ZKQUEUE_ZK_CONNECT"
 ENV_TARGET = "ZKQUEUE_ZK"
@@ -130,7 +130,7 @@ def unique_chroot(prefix: str = "/t-") -> str:
 
 
 def make_client(hosts: str, **kwargs: Any) -> KazooClient:
-    """A started KazooClient on zkqueue's :class:`~zkqueue.handler.PollingHandler` (pass ``handler`` for
+    """A started KazooClient on zkqueue's :class:`~zkqueue.transport.handler.PollingHandler` (pass ``handler`` for
     another); ``start_timeout`` (default 30 s) bounds the connect."""
     start_timeout = kwargs.pop("start_timeout", 30)
     kwargs.setdefault("timeout", 10.0)

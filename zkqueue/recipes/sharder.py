@@ -33,10 +33,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from . import naming
-from .errors import ConfigurationError, QueueNotStartedError, QueueStateError
+from zkqueue.formats import naming
+from zkqueue.errors import ConfigurationError, QueueNotStartedError, QueueStateError
 
-log = logging.getLogger("zkqueue.sharder")
+log = logging.getLogger("zkqueue.recipes.sharder")
 
 T = TypeVar("T")
 

@@ -54,10 +54,11 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KazooState
 
-from . import framing, naming, protocol
-from .children import ChildrenCache, Snapshot
-from .consumer import ConnectionState, ErrorMode, QueueConsumer, as_consumer
-from .errors import (
+from zkqueue.formats import framing, naming
+from zkqueue.transport import protocol
+from zkqueue.engine.children import ChildrenCache, Snapshot
+from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer, as_consumer
+from zkqueue.errors import (
     ConfigurationError,
     CorruptItemError,
     ItemTooLargeError,
@@ -69,9 +70,9 @@ from .errors import (
     QueueStateError,
     SerializationError,
 )
-from .listeners import Dispatcher, ListenerContainer, QueuePutListener
+from zkqueue.listeners import Dispatcher, ListenerContainer, QueuePutListener
 
-log = logging.getLogger("zkqueue.queue")
+log = logging.getLogger("zkqueue.engine.queue")
 
 T = TypeVar("T")
 

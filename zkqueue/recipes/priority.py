@@ -12,11 +12,11 @@ from typing import Any, Iterable, TypeVar
 
 from kazoo.client import KazooClient
 
-from . import naming
-from .errors import ConfigurationError
-from .queue import DistributedQueue
+from zkqueue.formats import naming
+from zkqueue.errors import ConfigurationError
+from zkqueue.engine.queue import DistributedQueue
 
-log = logging.getLogger("zkqueue.priority")
+log = logging.getLogger("zkqueue.recipes.priority")
 
 T = TypeVar("T")
 

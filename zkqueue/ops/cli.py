@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from zkqueue.embedded import ZooKeeperEnsemble
+from zkqueue.server.embedded import ZooKeeperEnsemble
 from zkqueue.errors import ZkQueueError
 
-log = logging.getLogger("zkqueue.cli")
+log = logging.getLogger("zkqueue.ops.cli")
 
 DEFAULT_CONNECT = "127.0.0.1:2181"
 
@@ -74,8 +74,8 @@ def server(nodes: int, base_port: int | None, data_dir: str | None) -> None:
 
 
 def _client(connect: str, auth: str | None = None, acl: str | None = None) -> Any:
-    from zkqueue.security import client_kwargs, parse_acl  # noqa: PLC0415 - keeps `zkqueue server` light
-    from zkqueue.testing import make_client  # noqa: PLC0415
+    from zkqueue.transport.security import client_kwargs, parse_acl  # noqa: PLC0415 - keeps `zkqueue server` light
+    from zkqueue.server.testing import make_client  # noqa: PLC0415
 
     try:
         kwargs = client_kwargs(auth=auth, acl=parse_acl(acl) if acl else None)
@@ -184,7 +184,7 @@ def stats(
     connect: str, auth: str | None, acl: str | None, path: str, lock_path: str | None, quarantine_path: str | None
 ) -> None:
     """Show how many items are pending, locked and quarantined."""
-    from zkqueue.inspect import queue_counts  # noqa: PLC0415
+    from zkqueue.ops.inspect import queue_counts  # noqa: PLC0415
 
     client = _client(connect, auth, acl)
     try:
@@ -205,7 +205,7 @@ def stats(
 @click.option("--no-kill", is_flag=True, help="Do not kill a ZooKeeper node halfway.")
 def demo(items: int, producers: int, consumers: int, no_kill: bool) -> None:
     """3-node ZooKeeper, producers and lock-safe consumers, a node killed halfway, and the accounting."""
-    from zkqueue.demo import run_demo  # noqa: PLC0415
+    from zkqueue.ops.demo import run_demo  # noqa: PLC0415
 
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter after the kill; -v shows it

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from zkqueue.errors import CorruptItemError, ItemTooLargeError
 
-log = logging.getLogger("zkqueue.framing")
+log = logging.getLogger("zkqueue.formats.framing")
 
 VERSION = 0x00010001
 ITEM_OPCODE = 1

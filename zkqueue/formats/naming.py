@@ -32,7 +32,7 @@ import unicodedata
 
 from zkqueue.errors import ConfigurationError, InvalidPathError
 
-log = logging.getLogger("zkqueue.naming")
+log = logging.getLogger("zkqueue.formats.naming")
 
 ITEM_PREFIX = "queue-"
 SIMPLE_PREFIX = "qn-"
