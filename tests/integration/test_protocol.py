@@ -52,6 +52,7 @@ from zkqueue.transport.protocol import (
     run_multi,
     run_multi_async,
     send_multi,
+    send_multi_read,
     split_ops,
 )
 
@@ -256,6 +257,20 @@ def test_multi_read_returns_data_and_stat_or_error_per_path(zk_client) -> None:
     assert results[2] == (b"", zk_client.get("/r/empty")[1])
     assert results[3] == results[0]
     assert isinstance(results[4], NoNodeError)
+
+
+def test_a_read_sent_behind_a_write_sees_it(zk_client) -> None:
+    """send_multi_read right after send_multi, neither awaited: the read is answered after the write (one
+    session's requests are answered in order), so it sees the node the multi created and not the one it deleted.
+    The lock-safe taker relies on this to read the items of a block right after claiming it."""
+    zk_client.create("/order/gone", b"old", makepath=True)
+    for i in range(20):
+        write = send_multi(zk_client, [CreateOp(f"/order/n{i}", b"new"), DeleteOp("/order/gone" if i == 0 else
+                                                                                  f"/order/n{i - 1}")])
+        read = send_multi_read(zk_client, [f"/order/n{i}", "/order/gone" if i == 0 else f"/order/n{i - 1}"])
+        got = read.result(WAIT)
+        assert write.result(WAIT).ok
+        assert got[0][0] == b"new" and isinstance(got[1], NoNodeError)
 
 
 def test_multi_read_of_1000_paths_is_one_request(proxied_client_factory, proxy) -> None:
