@@ -62,16 +62,18 @@ class _CallableConsumer(QueueConsumer[Any]):
 
 
 def as_consumer(consumer: Any) -> QueueConsumer[Any] | None:
-    """Return a QueueConsumer for ``consumer`` (a QueueConsumer, any object with ``consume_message``, a
-    callable, or None for a producer-only queue)."""
+    """Return a QueueConsumer for ``consumer`` (a QueueConsumer, any object with ``consume_message`` or
+    ``consume_node`` (a node consumer, see :mod:`zkqueue.engine.seams`), a callable, or None for a producer-only
+    queue)."""
     from zkqueue.errors import ConfigurationError
 
     if consumer is None or isinstance(consumer, QueueConsumer):
         return consumer
-    if callable(getattr(consumer, "consume_message", None)):
+    if callable(getattr(consumer, "consume_message", None)) or callable(getattr(consumer, "consume_node", None)):
         return consumer  # duck-typed consumer; state_changed is optional
     if callable(consumer):
         return _CallableConsumer(consumer)
     raise ConfigurationError(
-        f"consumer must be a QueueConsumer, an object with consume_message(item), a callable or None; got {consumer!r}"
+        "consumer must be a QueueConsumer, an object with consume_message(item) or consume_node(node), a callable "
+        f"or None; got {consumer!r}"
     )

@@ -14,7 +14,7 @@ from zkqueue.formats import framing
 from zkqueue.builder import QueueBuilder
 from zkqueue.errors import CorruptItemError, LockPathConflictError
 from zkqueue.formats.serializers import BytesSerializer, StrSerializer
-from zkqueue.server.testing import wait_for
+from zkqueue.server.testing import lock_nodes, wait_for
 
 pytestmark = pytest.mark.faults
 
@@ -104,7 +104,7 @@ def test_lock_path_node_with_data_is_used_and_left_intact(zk_client) -> None:
     with q.build_queue() as queue:
         queue.put("x")
         wait_for(lambda: got == ["x"])
-        wait_for(lambda: zk_client.get_children("/bad/file-locks") == [])
+        wait_for(lambda: lock_nodes(zk_client, "/bad/file-locks") == [])
     assert zk_client.get("/bad/file-locks")[0] == b"somebody's data"
 
 

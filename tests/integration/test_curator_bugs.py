@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.consumer import ConnectionState, QueueConsumer
 from zkqueue.formats.serializers import JsonSerializer, StrSerializer
-from zkqueue.server.testing import expire_session, wait_for
+from zkqueue.server.testing import expire_session, lock_nodes, wait_for
 
 QPATH = "/queues/jobs"
 LPATH = "/queues/jobs-locks"
 
 
-def test_curator_605_expired_consumer_cannot_ack(zk_client_factory) -> None:
-    """A consumer whose session expired mid-item must not ack the item a new owner now holds."""
+@pytest.mark.parametrize("lease", ["item", "block"])
+def test_curator_605_expired_consumer_cannot_ack(zk_client_factory, lease) -> None:
+    """A consumer whose session expired mid-item must not ack the item a new owner now holds. ``item``: the
+    item is held by an item lease (the consumer's first step); ``block``: by a block lease (a consumer known to
+    be fast)."""
     a_client = zk_client_factory()
     b_client = zk_client_factory()
     observer = zk_client_factory()
     a_started, a_go = threading.Event(), threading.Event()
     b_got, b_go = threading.Event(), threading.Event()
+    a_got: list = []
 
     def consume_a(item) -> None:
+        a_got.append(item)
+        if item == "warm-up":
+            return
         a_started.set()
         a_go.wait(30)
 
@@ -34,11 +42,16 @@ def test_curator_605_expired_consumer_cannot_ack(zk_client_factory) -> None:
     qa = QueueBuilder.builder(a_client, consume_a, StrSerializer(), QPATH).lock_path(LPATH).build_queue()
     qb = QueueBuilder.builder(b_client, consume_b, StrSerializer(), QPATH).lock_path(LPATH).build_queue()
     with qa:
+        if lease == "block":
+            qa.put("warm-up")  # after this step A knows it is fast and takes block leases
+            wait_for(lambda: a_got == ["warm-up"] and observer.get_children(QPATH) == [])
         qa.put("job")
         wait_for(a_started.is_set)
+        kinds = {n.split("-")[0] for n in lock_nodes(observer, LPATH)}
+        assert kinds == ({"block"} if lease == "block" else {"queue"}), kinds
         (name,) = observer.get_children(QPATH)
         expire_session(a_client)
-        wait_for(lambda: observer.get_children(LPATH) == [], message="A's ephemeral lock should vanish")
+        wait_for(lambda: observer.get_children(LPATH) == [], message="A's ephemeral lock and fence should vanish")
         wait_for(lambda: a_client.state == KazooState.CONNECTED)
         with qb:
             wait_for(b_got.is_set, message="B should take over the item")
@@ -49,7 +62,7 @@ def test_curator_605_expired_consumer_cannot_ack(zk_client_factory) -> None:
             wait_for(lambda: observer.get_children(QPATH) == [])
             wait_for(lambda: qb.stats().consumed == 1)
             assert qb.stats().lock_lost == 0
-            assert observer.get_children(LPATH) == []
+            wait_for(lambda: lock_nodes(observer, LPATH) == [])
 
 
 def test_curator_336_consumer_gets_connection_states(zk_client_factory) -> None:

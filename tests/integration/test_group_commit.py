@@ -165,7 +165,7 @@ def test_failing_group_gives_each_caller_its_own_outcome(zk_client, monkeypatch)
     def gated_create(*args, **kwargs):
         if not gate_done.is_set():
             gate_done.set()
-            wait_for(lambda: len(q._group_waiting) == n_callers - 1, timeout=20)
+            wait_for(lambda: q.producer.group_waiting == n_callers - 1, timeout=20)
         return real_create(*args, **kwargs)
 
     monkeypatch.setattr(protocol, "create", gated_create)
@@ -235,7 +235,7 @@ def test_queue_deleted_while_a_group_waits(zk_client, monkeypatch) -> None:
     def gated_create(*args, **kwargs):
         if not gate_done.is_set():
             gate_done.set()
-            wait_for(lambda: len(q._group_waiting) == n_waiting, timeout=20)
+            wait_for(lambda: q.producer.group_waiting == n_waiting, timeout=20)
             result = real_create(*args, **kwargs)
             zk_client.delete(QPATH, recursive=True)
             return result

@@ -10,7 +10,7 @@ import pytest
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.formats.serializers import JsonSerializer
-from zkqueue.server.testing import wait_for
+from zkqueue.server.testing import lock_nodes, wait_for
 
 pytestmark = [pytest.mark.ensemble, pytest.mark.faults]
 
@@ -55,7 +55,7 @@ def test_leader_kill_during_lock_safe_consumption(zk_ensemble, ensemble_client_f
         finally:
             zk_ensemble.start(leader)
         zk_ensemble.wait_ready(60)
-        wait_for(lambda: producer.get_children(QPATH) == [] and producer.get_children(LPATH) == [], timeout=60)
+        wait_for(lambda: producer.get_children(QPATH) == [] and lock_nodes(producer, LPATH) == [], timeout=60)
     assert set(counts) == set(range(n))  # at-least-once: nothing lost
     stats = q.stats()
     # a duplicate is only possible for an item whose ack was in doubt; there can't be many

@@ -15,7 +15,7 @@ from kazoo.protocol.states import KazooState
 from zkqueue.builder import QueueBuilder
 from zkqueue.consumer import ConnectionState, QueueConsumer
 from zkqueue.formats.serializers import StrSerializer
-from zkqueue.server.testing import expire_session, wait_for
+from zkqueue.server.testing import expire_session, lock_nodes, wait_for
 
 pytestmark = pytest.mark.faults
 
@@ -66,7 +66,7 @@ def test_consumer_process_killed_mid_item_is_redelivered(zk_client_factory, zk_h
     with QueueBuilder.builder(zk_client_factory(), got.append, StrSerializer(), QPATH).lock_path(LPATH).build_queue():
         # the dead consumer's lock is an ephemeral of its session: redelivery once the session expires
         wait_for(lambda: got == ["job-1"], timeout=30, message="item was not redelivered")
-        wait_for(lambda: client.get_children(QPATH) == [] and client.get_children(LPATH) == [])
+        wait_for(lambda: client.get_children(QPATH) == [] and lock_nodes(client, LPATH) == [])
 
 
 def test_consumer_process_killed_mid_batch_loses_nothing(zk_client_factory, zk_hosts) -> None:
@@ -88,7 +88,7 @@ def test_consumer_process_killed_mid_batch_loses_nothing(zk_client_factory, zk_h
     got: list = []
     with QueueBuilder.builder(zk_client_factory(), got.append, StrSerializer(), QPATH).lock_path(LPATH).build_queue():
         wait_for(lambda: client.get_children(QPATH) == [], timeout=30, message=f"left: {client.get_children(QPATH)}")
-        wait_for(lambda: client.get_children(LPATH) == [])
+        wait_for(lambda: lock_nodes(client, LPATH) == [])
     assert set(crashed) | set(got) == set(items)  # at-least-once: nothing lost
     assert len(got) == len(set(got))
     assert set(items) - set(crashed) <= set(got)  # what the dead consumer never saw came here
@@ -211,7 +211,7 @@ def test_ack_during_short_outage_completes_after_reconnect(request) -> None:
             server.start(0)
             wait_for(lambda: client.connected, timeout=30)
             wait_for(lambda: client.exists(QPATH) and client.get_children(QPATH) == [], timeout=30)
-            assert client.get_children(LPATH) == []
+            wait_for(lambda: lock_nodes(client, LPATH) == [])
             assert got == ["job"]
             stats = q.stats()
             assert stats.lock_lost == 0 and stats.consumed == 1

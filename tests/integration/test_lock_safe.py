@@ -7,27 +7,24 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+import queueutil
+
 from zkqueue.builder import QueueBuilder
 from zkqueue.consumer import ErrorMode
 from zkqueue.formats.serializers import JsonSerializer, StrSerializer
-from zkqueue.server.testing import wait_for
+from zkqueue.server.testing import lock_nodes, wait_for
 
 QPATH = "/queues/jobs"
 LPATH = "/queues/jobs-locks"
 
 
 def fill(client, items, path=QPATH) -> None:
-    with QueueBuilder.builder(client, None, JsonSerializer(), path).build_queue() as p:
-        for item in items:
-            p.put(item)
-        assert p.flush_puts(30.0)
+    queueutil.fill(client, items, path)
 
 
 def locked_queue(client, consumer, path=QPATH, lock=LPATH, serializer=None, **opts):
-    b = QueueBuilder.builder(client, consumer, serializer or JsonSerializer(), path).lock_path(lock)
-    for key, value in opts.items():
-        getattr(b, key)(value)
-    return b.build_queue()
+    return queueutil.lock_safe_queue(client, consumer, path, lock, serializer, **opts)
 
 
 def test_safety_basic(zk_client) -> None:
@@ -39,8 +36,9 @@ def test_safety_basic(zk_client) -> None:
         wait_for(lambda: len(got) == 10)
         assert got == list(range(10))
         wait_for(lambda: zk_client.get_children(QPATH) == [])
-        assert zk_client.get_children(LPATH) == []
+        wait_for(lambda: lock_nodes(zk_client, LPATH) == [])
         assert q.stats().consumed == 10
+    assert zk_client.get_children(LPATH) == []  # the session fence goes with the queue
 
 
 def test_retry_after_failure_curator_56(zk_client) -> None:
@@ -235,7 +233,7 @@ def test_corrupt_znode_quarantined_in_lock_mode(zk_client) -> None:
         (qname,) = zk_client.get_children(q.quarantine_path)
         data, _ = zk_client.get(f"{q.quarantine_path}/{qname}")
         assert data == b"\x00\x01\x00\x02garbage"
-        assert zk_client.get_children(LPATH) == []
+        wait_for(lambda: lock_nodes(zk_client, LPATH) == [])
 
 
 def test_remove_items_seam_skips_held_items(zk_client) -> None:
@@ -265,34 +263,64 @@ def test_remove_items_seam_skips_held_items(zk_client) -> None:
     assert q.stats().consumed == 1
 
 
-def test_ack_reply_lost_is_not_a_lost_lock(zk_client, monkeypatch) -> None:
-    """The ack multi commits but its reply is lost: the retry finds the fence gone, sees the item gone too,
-    and knows its own ack went through (no lock_lost, no redelivery)."""
+@pytest.mark.parametrize("lease", ["item", "block"])
+def test_ack_reply_lost_is_not_a_lost_lock(zk_client, monkeypatch, lease) -> None:
+    """The ack multi commits but its reply is lost: the retry finds the item gone, knows its own ack went
+    through (no lock_lost, no redelivery), and the lease is released. ``item``: the first step, whose pace is
+    unknown, takes item leases; ``block``: a known fast consumer takes a block lease."""
     from kazoo.exceptions import ConnectionLoss
 
     from zkqueue.transport import protocol
 
-    real = protocol.run_multi
+    real = protocol.send_multi
     lost: list = []
+    armed = threading.Event()
 
-    def run_multi(client, ops, **kwargs):
+    class LostReply:
+        """The multi is sent and commits; its reply is "lost" (ConnectionLoss instead of the result)."""
+
+        def __init__(self, pending, ops) -> None:
+            self.pending, self.ops = pending, ops
+
+        def result(self, timeout=None):
+            result = self.pending.result(timeout)
+            if result.ok and not lost:
+                lost.append(self.ops)
+                raise ConnectionLoss()
+            return result
+
+    def send_multi(client, ops, **kwargs):  # run_multi sends through it too
         ops = list(ops)
-        result = real(client, ops, **kwargs)
-        is_ack = len(ops) == 3 and all(isinstance(op, protocol.DeleteOp) for op in ops)
-        if not lost and result.ok and is_ack:
-            lost.append(ops)
-            raise ConnectionLoss()
-        return result
+        pending = real(client, ops, **kwargs)
+        deletes_x = any(isinstance(op, protocol.DeleteOp) and op.path.rsplit("/", 1)[0] == QPATH for op in ops)
+        if armed.is_set() and not lost and deletes_x:
+            return LostReply(pending, ops)
+        return pending
 
-    monkeypatch.setattr(protocol, "run_multi", run_multi)
+    monkeypatch.setattr(protocol, "send_multi", send_multi)
     got: list = []
-    with locked_queue(zk_client, got.append) as q:
+    held_while_consuming: list = []
+
+    def consume(item) -> None:
+        if item == "x":
+            held_while_consuming.extend(lock_nodes(zk_client, LPATH))
+        got.append(item)
+
+    with locked_queue(zk_client, consume) as q:
+        if lease == "block":
+            q.put("warm-up")  # after this step the engine knows the consumer is fast
+            wait_for(lambda: got == ["warm-up"])
+            wait_for(lambda: zk_client.get_children(QPATH) == [])
+        armed.set()
         q.put("x")
-        wait_for(lambda: got == ["x"])
+        wait_for(lambda: got[-1:] == ["x"])
         wait_for(lambda: zk_client.get_children(QPATH) == [])
         wait_for(lambda: lost)
+        wait_for(lambda: lock_nodes(zk_client, LPATH) == [])
         assert q.stats().lock_lost == 0 and q.stats().loop_errors == 0
-    assert got == ["x"]
+    assert got.count("x") == 1
+    kinds = {n.split("-")[0] for n in held_while_consuming}
+    assert kinds == ({"block"} if lease == "block" else {"queue"}), held_while_consuming
 
 
 def test_flush_acks_waits_for_acks_of_returned_items(zk_client) -> None:
@@ -327,7 +355,7 @@ def test_a_slow_consumer_holds_only_about_half_a_second_of_work(zk_client) -> No
     got: list[str] = []
 
     def slow(item: str) -> None:
-        held_while_consuming.append(len(zk_client.get_children(LPATH)))
+        held_while_consuming.append(len(lock_nodes(zk_client, LPATH)))
         got.append(item)
         time.sleep(0.1)
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from zkqueue.builder import QueueBuilder
 from zkqueue.listeners import QueuePutListener
 from zkqueue.formats.serializers import JsonSerializer, StrSerializer
-from zkqueue.server.testing import wait_for
+from zkqueue.server.testing import lock_nodes, wait_for
 
 QPATH = "/queues/life"
 LPATH = "/queues/life-locks"
@@ -103,7 +103,7 @@ def test_close_gives_back_locked_items_not_yet_consumed(zk_client_factory) -> No
     )
     q.start()
     wait_for(started.is_set)
-    assert len(producer.get_children(LPATH)) == 5  # the whole batch is locked
+    assert len(lock_nodes(producer, LPATH)) == 5  # the whole batch is locked
     closer = threading.Thread(target=q.close)
     closer.start()
     wait_for(lambda: q.is_closed)  # close() has begun

@@ -47,9 +47,11 @@ def test_every_queue_node_gets_the_owner_acl(zk_client_factory) -> None:
         wait_for(lambda: got == ["a"])
         # mid-item: the item node, its lock and fence exist now
         (item,) = owner.get_children(QPATH)
-        (lock,) = owner.get_children(LPATH)
+        locks = owner.get_children(LPATH)  # the item's lock and this consumer's session fence
+        assert len(locks) == 2, locks
         fences = owner.get_children(f"{QPATH}/{item}")
-        nodes = ["/secure", QPATH, LPATH, f"{QPATH}/{item}", f"{LPATH}/{lock}"] + [f"{QPATH}/{item}/{f}" for f in fences]
+        nodes = ["/secure", QPATH, LPATH, f"{QPATH}/{item}", *(f"{LPATH}/{lock}" for lock in locks)]
+        nodes += [f"{QPATH}/{item}/{f}" for f in fences]
         for path in nodes:
             assert _digest_only(owner.get_acls(path)[0]), (path, owner.get_acls(path)[0])
         release.set()

@@ -39,10 +39,11 @@ def test_builder_acl_covers_queue_lock_fence_item_quarantine(zk_client_factory) 
         q.put("a")
         wait_for(lambda: got == ["a"])
         (item,) = owner.get_children(QPATH)
-        (lock,) = owner.get_children(LPATH)
+        locks = owner.get_children(LPATH)  # the item's lock and this consumer's session fence
+        assert len(locks) == 2, locks
         fences = owner.get_children(f"{QPATH}/{item}")
         assert fences, "the fence child should exist while the item is held"
-        paths = [QPATH, LPATH, q.quarantine_path, f"{QPATH}/{item}", f"{LPATH}/{lock}"]
+        paths = [QPATH, LPATH, q.quarantine_path, f"{QPATH}/{item}", *(f"{LPATH}/{lock}" for lock in locks)]
         paths += [f"{QPATH}/{item}/{f}" for f in fences]
         for path in paths:
             assert _digest_only(owner.get_acls(path)[0]), (path, owner.get_acls(path)[0])

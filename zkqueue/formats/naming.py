@@ -359,3 +359,43 @@ def lock_name(item_name: str, queue_path: str, style: str = "qualified") -> str:
     if style != "qualified":
         raise ConfigurationError(f"lock names must be one of {LOCK_STYLES}, got {style!r}")
     return item_name + lock_suffix(queue_path)
+
+
+# --------------------------------------------------------------------------------------------------- leases
+#: Items a block lease covers: every item whose sequence number is in ``[start, start + BLOCK_SPAN)``. Part of
+#: the lock protocol: every zkqueue consumer of a queue must use the same span.
+BLOCK_SPAN = 64
+BLOCK_PREFIX = "block-"
+FENCE_PREFIX = "fence-"
+
+
+def block_of(item_name: str) -> int | None:
+    """The first sequence number of the block *item_name* falls in, or ``None`` (no sequence: no block)."""
+    seq = sequence_of(item_name)
+    return None if seq is None else seq - seq % BLOCK_SPAN
+
+
+def block_lock_name(block_start: int, queue_path: str) -> str:
+    """The lock node of a block lease: ``block-<first sequence, 10 digits>@<queue hash>``."""
+    return f"{BLOCK_PREFIX}{block_start:0{SEQUENCE_DIGITS}d}{lock_suffix(queue_path)}"
+
+
+def parse_block_lock(lock: str, queue_path: str) -> int | None:
+    """The first sequence number of the block a lock node of *queue_path* names, else ``None``."""
+    suffix = lock_suffix(queue_path)
+    if not (lock.startswith(BLOCK_PREFIX) and lock.endswith(suffix)):
+        return None
+    digits = lock[len(BLOCK_PREFIX) : -len(suffix)]
+    if len(digits) != SEQUENCE_DIGITS or not _ASCII_DIGITS.issuperset(digits):
+        return None
+    return int(digits)
+
+
+def fence_name(token: str, queue_path: str) -> str:
+    """The session fence of one consumer of *queue_path*: ``fence-<token>@<queue hash>``."""
+    return f"{FENCE_PREFIX}{token}{lock_suffix(queue_path)}"
+
+
+def is_fence_name(lock: str, queue_path: str) -> bool:
+    """True for a session fence of a consumer of *queue_path* (one per live lock-safe consumer)."""
+    return lock.startswith(FENCE_PREFIX) and lock.endswith(lock_suffix(queue_path))

@@ -29,17 +29,21 @@ def queue_counts(
     lock_path: str | None = None,
     quarantine_path: str | None = None,
 ) -> dict[str, int]:
-    """``pending`` items, ``locked`` items (held by a lock-safe consumer), ``quarantined`` corrupt items and
-    ``foreign`` nodes that are not queue items. Lock nodes of either naming style are matched to this queue's
-    items, so a lock path shared with other queues is counted correctly."""
+    """``pending`` items, ``locked`` items (held by a lock-safe consumer: an item lease, or a block lease that
+    covers the item), ``quarantined`` corrupt items, ``foreign`` nodes that are not queue items, and ``consumers``
+    (live lock-safe consumers, by their session fences). Lock nodes of either naming style are matched to this
+    queue's items, so a lock path shared with other queues is counted correctly. Reads two listings, never items."""
     queue_path = naming.validate_queue_path(queue_path)
     names = _children(client, queue_path)
     items = {n for n in names if naming.is_item_name(n)}
     locked = 0
+    consumers = 0
     if lock_path:
         lock_names = set(_children(client, naming.validate_path(lock_path)))
+        blocks = {b for b in (naming.parse_block_lock(n, queue_path) for n in lock_names) if b is not None}
+        consumers = sum(1 for n in lock_names if naming.is_fence_name(n, queue_path))
         for item in items:
-            if naming.lock_name(item, queue_path) in lock_names or item in lock_names:
+            if naming.lock_name(item, queue_path) in lock_names or item in lock_names or naming.block_of(item) in blocks:
                 locked += 1
     quarantine = naming.validate_path(quarantine_path or queue_path + "-quarantine")
     return {
@@ -47,4 +51,5 @@ def queue_counts(
         "locked": locked,
         "quarantined": len(_children(client, quarantine)),
         "foreign": len(names) - len(items),
+        "consumers": consumers,
     }

@@ -159,3 +159,16 @@ def expire_session(client: KazooClient, timeout: float = 30.0) -> None:
         timeout=timeout,
         message="the client did not get a new session after expiry",
     )
+
+
+def lock_nodes(client: KazooClient, lock_path: str) -> list[str]:
+    """The lock and lease nodes in ``lock_path``, without the session fences live consumers keep there: what must
+    be empty once every item is finished (the fences go when their queues close)."""
+    from zkqueue.formats.naming import FENCE_PREFIX  # noqa: PLC0415 - keeps this module light
+
+    try:
+        return sorted(n for n in client.get_children(lock_path) if not n.startswith(FENCE_PREFIX))
+    except Exception as exc:  # NoNodeError: no lock path, no locks
+        if type(exc).__name__ == "NoNodeError":
+            return []
+        raise

@@ -32,6 +32,7 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from zkqueue.formats import framing, naming; from zkqueue.transport import protocol
+from zkqueue.engine.leases import item_claim_ops, item_finish_ops
 from zkqueue.errors import ConfigurationError
 from zkqueue.spark.clients import (
     DEFAULT_SESSION_TIMEOUT,
@@ -334,7 +335,6 @@ def read_queue(
         names = _ordered(client.get_children(path), kind)
     except NoNodeError:
         names = []
-    lock_suffix = naming.lock_suffix(path)
     token = os.urandom(8).hex()
     out_names: list[str] = []
     out_idx: list[int] = []
@@ -347,7 +347,7 @@ def read_queue(
         batch = names[start : start + chunk]
         locks: dict[str, tuple[str, str]] = {}
         if lock_path is not None:
-            batch, locks = _lock(client, path, lock_path, batch, lock_suffix, token)
+            batch, locks = _lock(client, path, lock_path, batch, token)
         reads = protocol.multi_read(client, [naming.join(path, n) for n in batch])
         keep: list[tuple[str, int, list[bytes]]] = []
         release: list[str] = []
@@ -427,31 +427,29 @@ def _commit_groups(client: Any, groups: list[list[Any]]) -> list[Any]:
 
 
 def _lock(
-    client: Any, path: str, lock_path: str, names: list[str], suffix: str, token: str
+    client: Any, path: str, lock_path: str, names: list[str], token: str
 ) -> tuple[list[str], dict[str, tuple[str, str]]]:
-    """Lock ``names`` as the engine does (ephemeral lock + fence child); return the names held and their nodes."""
-    nodes = []
-    groups = []
+    """Take item leases on ``names`` as the engine does (ephemeral lock + fence child, refused while a consumer
+    holds the item's block); return the names held and their (lock, fence) nodes."""
+    plans = []
     for name in names:
-        lock = naming.join(lock_path, name + suffix)
-        fence = naming.join(path, name) + "/lock-" + token
-        nodes.append((name, lock, fence))
-        groups.append([protocol.CreateOp(lock, b"read_queue", None, True, False),
-                       protocol.CreateOp(fence, b"", None, True, False)])
+        ops, lock, fence, lock_index = item_claim_ops(path, lock_path, name, token, curator_names=False,
+                                                      lock_data=b"read_queue")
+        plans.append((name, ops, lock, fence, lock_index))
     held: list[str] = []
     locks: dict[str, tuple[str, str]] = {}
     missing_parent = False
-    for (name, lock, fence), res in zip(nodes, _commit_groups(client, groups)):
+    for (name, _ops, lock, fence, lock_index), res in zip(plans, _commit_groups(client, [p[1] for p in plans])):
         if res is True:
             held.append(name)
             locks[name] = (lock, fence)
-        elif isinstance(res.failure, NoNodeError) and res.failed_index == 0:
+        elif isinstance(res.failure, NoNodeError) and res.failed_index is not None and res.failed_index <= lock_index:
             missing_parent = True
         elif not isinstance(res.failure, (NodeExistsError, NoNodeError)):
             log.warning("read_queue: could not lock %s/%s: %r", path, name, res.failure)
     if missing_parent and not held:
         client.ensure_path(lock_path)
-        return _lock(client, path, lock_path, names, suffix, token)
+        return _lock(client, path, lock_path, names, token)
     return held, locks
 
 
@@ -459,12 +457,10 @@ def _remove(client: Any, path: str, keep: list[tuple[str, int, list[bytes]]], lo
             ) -> set[str]:
     groups = []
     for name, version, _payloads in keep:
-        ops: list[Any] = []
+        ops: list[Any] = [protocol.DeleteOp(naming.join(path, name), version)]
         if name in locks:
-            ops.append(protocol.DeleteOp(locks[name][1]))
-        ops.append(protocol.DeleteOp(naming.join(path, name), version))
-        if name in locks:
-            ops.append(protocol.DeleteOp(locks[name][0]))
+            lock, fence = locks[name]
+            ops = item_finish_ops(fence, lock, ops)
         groups.append(ops)
     removed: set[str] = set()
     for (name, _v, _p), res in zip(keep, _commit_groups(client, groups)):

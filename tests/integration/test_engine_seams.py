@@ -1,0 +1,227 @@
+"""The engine's seams (zkqueue.engine.seams): node consumers, completions with extra ops, moves to another queue,
+and claim hooks. All fenced by the consumer's lease; all-or-nothing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import queueutil
+
+from zkqueue.builder import QueueBuilder
+from zkqueue.engine.commit import check_op, create_op
+from zkqueue.engine.queue import DistributedQueue
+from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
+from zkqueue.formats import framing
+from zkqueue.formats.serializers import StrSerializer
+from zkqueue.server.testing import expire_session, lock_nodes, wait_for
+
+QPATH = "/seams/jobs"
+LPATH = "/seams/jobs-locks"
+NEXT = "/seams/next"
+
+
+def fill(client, items, path=QPATH) -> None:
+    queueutil.fill(client, items, path, StrSerializer())
+
+
+class NodeConsumer:
+    """Returns whatever ``decide(node)`` says; records every node it saw."""
+
+    def __init__(self, decide) -> None:
+        self.decide = decide
+        self.nodes: list[ClaimedNode] = []
+
+    def consume_node(self, node: ClaimedNode) -> Completion | None:
+        self.nodes.append(node)
+        return self.decide(node)
+
+
+def lock_safe(client, consumer, **kwargs) -> DistributedQueue:
+    return DistributedQueue(client, consumer, StrSerializer(), QPATH, lock_path=LPATH, **kwargs)
+
+
+def test_ack_with_extra_ops_commits_them_with_the_delete(zk_client) -> None:
+    zk_client.ensure_path("/seams/results")
+    consumer = NodeConsumer(lambda node: Completion.ack([create_op(f"/seams/results/{node.items[0]}", b"done")]))
+    fill(zk_client, ["a", "b"])
+    with lock_safe(zk_client, consumer) as q:
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        wait_for(lambda: sorted(zk_client.get_children("/seams/results")) == ["a", "b"])
+        assert q.stats().consumed == 2
+    assert [n.items for n in consumer.nodes] == [["a"], ["b"]]
+    assert all(n.path == f"{QPATH}/{n.name}" and n.version == 0 for n in consumer.nodes)
+
+
+def test_a_failing_extra_op_commits_nothing(zk_client) -> None:
+    """The extra op fails (its node exists already): the ack does not commit either, the node is released and
+    delivered again."""
+    zk_client.create("/seams/taken", b"", makepath=True)
+    calls: list = []
+
+    def decide(node):
+        calls.append(node.name)
+        if len(calls) == 1:
+            return Completion.ack([create_op("/seams/taken", b"")])
+        return Completion.ack()
+
+    fill(zk_client, ["x"])
+    with lock_safe(zk_client, NodeConsumer(decide)) as q:
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        assert len(calls) == 2 and calls[0] == calls[1]
+        assert q.stats().loop_errors == 1  # the failed completion is counted, logged and released
+
+
+def test_move_to_hands_the_node_to_another_queue_in_one_multi(zk_client) -> None:
+    zk_client.ensure_path(NEXT)
+    fill(zk_client, ["job-1", "job-2"])
+    consumer = NodeConsumer(lambda node: Completion.move_to(NEXT + "/queue-"))
+    got: list = []
+    with lock_safe(zk_client, consumer) as q:
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        assert q.stats().moved == 2
+    with QueueBuilder.builder(zk_client, got.append, StrSerializer(), NEXT).lock_path(NEXT + "-locks").build_queue():
+        wait_for(lambda: got == ["job-1", "job-2"])
+
+
+def test_move_to_new_data_and_a_missing_target_parent(zk_client) -> None:
+    """``data`` replaces the node's bytes; a target whose parent does not exist yet is created and the move
+    happens on the next try, nothing lost."""
+    fill(zk_client, ["in"])
+    new = framing.encode_items([b"out"])
+    with lock_safe(zk_client, NodeConsumer(lambda node: Completion.move_to("/seams/made/queue-", data=new))) as q:
+        wait_for(lambda: zk_client.exists("/seams/made") and len(zk_client.get_children("/seams/made")) == 1)
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        assert q.stats().moved == 1
+    (name,) = zk_client.get_children("/seams/made")
+    assert framing.decode_items(zk_client.get(f"/seams/made/{name}")[0]) == [b"out"]
+
+
+def test_requeue_to_a_prefix_of_the_queue(zk_client) -> None:
+    seen: list = []
+
+    def decide(node):
+        seen.append(node.name)
+        return Completion.requeue(prefix=f"{QPATH}/queue-|retry|") if len(seen) == 1 else Completion.ack()
+
+    fill(zk_client, ["r"])
+    with lock_safe(zk_client, NodeConsumer(decide)) as q:
+        wait_for(lambda: len(seen) == 2)
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        assert q.stats().requeued == 1
+    assert seen[1].startswith("queue-|retry|")
+
+
+def test_release_and_quarantine(zk_client) -> None:
+    seen: list = []
+
+    def decide(node):
+        seen.append(node.items[0])
+        if node.items[0] == "bad":
+            return Completion.quarantine("rejected by its consumer")
+        return Completion.release() if seen.count("again") == 1 else Completion.ack()
+
+    fill(zk_client, ["again", "bad"])
+    with lock_safe(zk_client, NodeConsumer(decide)) as q:
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        assert seen.count("again") == 2 and seen.count("bad") == 1
+        assert q.stats().released == 1 and q.stats().corrupt_quarantined == 1
+        (moved,) = zk_client.get_children(q.quarantine_path)
+        assert framing.decode_items(zk_client.get(f"{q.quarantine_path}/{moved}")[0]) == [b"bad"]
+        wait_for(lambda: lock_nodes(zk_client, LPATH) == [])
+
+
+def test_a_raising_node_consumer_follows_the_error_mode(zk_client, caplog) -> None:
+    calls: list = []
+
+    def decide(node):
+        calls.append(node.name)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return None
+
+    fill(zk_client, ["e"])
+    with caplog.at_level(logging.ERROR), lock_safe(zk_client, NodeConsumer(decide)) as q:
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        assert q.stats().consumer_errors == 1 and q.stats().requeued == 1
+    assert len(calls) == 2
+
+
+def test_completions_need_a_lock_path(zk_client, caplog) -> None:
+    consumer = NodeConsumer(lambda node: Completion.move_to(NEXT + "/queue-"))
+    fill(zk_client, ["n"])
+    with caplog.at_level(logging.WARNING):
+        with DistributedQueue(zk_client, consumer, StrSerializer(), QPATH):
+            wait_for(lambda: len(consumer.nodes) == 1)
+    assert "need a lock path" in caplog.text
+    assert not zk_client.exists(NEXT)
+
+
+class CountingHook(ClaimHook):
+    """Counts each claim in ZooKeeper (a sequential node per claim under /seams/attempts/<item name>)."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def claim_ops(self, node: ClaimedNode):
+        self.client.ensure_path(f"/seams/attempts/{node.name}")
+        return [create_op(f"/seams/attempts/{node.name}/a-", b"", sequence=True)]
+
+
+def test_claim_hook_ops_commit_before_each_delivery(zk_client) -> None:
+    attempts_seen: list = []
+
+    def decide(node):
+        attempts_seen.append(len(zk_client.get_children(f"/seams/attempts/{node.name}")))
+        return Completion.requeue(prefix=f"{QPATH}/queue-") if len(attempts_seen) < 3 else Completion.ack()
+
+    fill(zk_client, ["h"])
+    q = lock_safe(zk_client, NodeConsumer(decide), claim_hook=CountingHook(zk_client))
+    with q:
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+    # each delivery saw its own claim counted (the requeued node has a new name, so it counts from 1 again)
+    assert attempts_seen == [1, 1, 1]
+
+
+def test_failed_claim_ops_go_to_claim_failed(zk_client) -> None:
+    class Refusing(ClaimHook):
+        def __init__(self) -> None:
+            self.failed: list = []
+
+        def claim_ops(self, node):
+            return [check_op("/seams/no-such-record")]
+
+        def claim_failed(self, node, error):
+            self.failed.append((node.name, type(error).__name__))
+            return Completion.quarantine("no job record")
+
+    hook = Refusing()
+    consumer = NodeConsumer(lambda node: None)
+    fill(zk_client, ["orphan"])
+    with lock_safe(zk_client, consumer, claim_hook=hook) as q:
+        wait_for(lambda: zk_client.get_children(QPATH) == [])
+        wait_for(lambda: q.stats().corrupt_quarantined == 1)
+    assert consumer.nodes == []  # never delivered
+    assert hook.failed and hook.failed[0][1] == "NoNodeError"
+
+
+def test_an_expired_consumer_cannot_apply_its_completion(zk_client_factory) -> None:
+    """A move whose consumer's session expired mid-node does not happen: the node stays for its new owner."""
+    a_client, observer = zk_client_factory(), zk_client_factory()
+    observer.ensure_path(NEXT)
+    started, go = threading.Event(), threading.Event()
+
+    def decide(node):
+        started.set()
+        go.wait(30)
+        return Completion.move_to(NEXT + "/queue-")
+
+    fill(observer, ["m"])
+    q = lock_safe(a_client, NodeConsumer(decide))
+    with q:
+        wait_for(started.is_set)
+        expire_session(a_client)
+        go.set()
+        wait_for(lambda: q.stats().lock_lost == 1)
+        assert observer.get_children(NEXT) == []
+    assert len(observer.get_children(QPATH)) == 1

@@ -1,0 +1,376 @@
+"""The producer: every way an item gets into the queue.
+
+- **Background puts** (the default, Curator's ``putInBackground``): ``put`` returns once the item is queued; the
+  put thread ``zkqueue-put-<path>`` sends queued puts as multis, up to three in flight, so ZooKeeper's in-order
+  processing of one session keeps sequence numbers in put order. Failures reach the put listeners.
+- **Foreground puts** of unbounded queues go through :class:`~zkqueue.engine.group_commit.GroupCommit`.
+- **Bounded puts** (``max_items``): one at a time per instance, each waiting for room in the children listing
+  (Curator's semantics: the timeout restarts whenever the children change).
+
+Recipes store a node through :meth:`Producer.put_framed` with a prefix of their own (e.g. a priority prefix).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from zkqueue.engine.children import ChildrenCache, Snapshot
+from zkqueue.engine.commit import CONNECTION_ERRORS, MAX_OPS_PER_MULTI, MULTI_SLACK, create_op, map_error, node_cost
+from zkqueue.engine.context import QueueContext
+from zkqueue.engine.group_commit import GroupCommit
+from zkqueue.errors import ItemTooLargeError, QueueClosedError, SerializationError
+from zkqueue.formats import framing, naming
+from zkqueue.listeners import ListenerContainer
+from zkqueue.transport import protocol
+
+log = logging.getLogger("zkqueue.engine.producer")
+
+#: Per-request overhead we budget for beyond path and data (headers, ACL, multi op header).
+_REQUEST_OVERHEAD = 512
+#: Background put multis in flight at once.
+_PUTS_PIPELINED = 3
+
+
+@dataclass
+class PutRequest:
+    prefix: str
+    data: bytes
+    item: Any
+    multi: bool
+
+
+class Producer:
+    """Puts of one queue instance. ``check_started`` raises unless the queue is started."""
+
+    def __init__(
+        self,
+        ctx: QueueContext,
+        serializer: Any,
+        listeners: ListenerContainer[Any],
+        *,
+        background: bool,
+        max_items: int | None,
+        check_started: Callable[[], None],
+    ) -> None:
+        self._ctx = ctx
+        self._serializer = serializer
+        self._listeners = listeners
+        self._background = background
+        self._max_items = max_items
+        self._check_started = check_started
+        self._cache: ChildrenCache | None = None
+        # background puts
+        self._cond = threading.Condition()
+        self._queue: deque[PutRequest] = deque()
+        self._in_flight = 0
+        self._thread: threading.Thread | None = None
+        # bounded puts: one at a time, and our own creates the listing does not show yet
+        self._bound_lock = threading.Lock()
+        self._own_lock = threading.Lock()
+        self._own_unlisted: list[int] = []
+        self._group = GroupCommit(self._send_nodes, self._create_node, self._take, ctx.queue_path)
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    def start(self, cache: ChildrenCache | None) -> None:
+        """Start the put thread (background mode); ``cache`` is the listing bounded puts wait on."""
+        self._cache = cache
+        if self._background:
+            self._thread = threading.Thread(
+                target=self._put_loop, name=f"zkqueue-put-{self._ctx.queue_path}", daemon=True
+            )
+            self._thread.start()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    @property
+    def in_flight(self) -> int:
+        """Background puts queued or sent and not yet completed."""
+        return self._in_flight
+
+    @property
+    def group_waiting(self) -> int:
+        """Foreground callers waiting behind the group commit in flight."""
+        return self._group.waiting
+
+    def wake(self) -> None:
+        """Let the put thread see that the queue is closing."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every background put has completed (or failed); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._in_flight > 0:
+                if deadline is None:
+                    self._cond.wait(0.5)
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def fail_pending(self) -> None:
+        """Fail every put still queued (the queue closed before they were sent)."""
+        with self._cond:
+            pending = list(self._queue)
+            self._queue.clear()
+            self._in_flight -= len(pending)
+            self._cond.notify_all()
+        for req in pending:
+            self._notify_failed(req, QueueClosedError(f"queue {self._ctx.queue_path} closed before the put was sent"))
+
+    # ------------------------------------------------------------------------------------------ framing
+    def frame(self, items: Iterable[Any]) -> bytes:
+        """Serialize and frame ``items`` for one znode (Curator's ItemSerializer)."""
+        return framing.encode_items([self._serialize(i) for i in items])
+
+    def _serialize(self, item: Any) -> bytes:
+        try:
+            data = self._serializer.serialize(item)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise SerializationError(f"serializer {self._serializer!r} failed on {item!r:.80}: {exc}") from exc
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise SerializationError(f"serializer {self._serializer!r} returned {type(data).__name__}, not bytes")
+        return bytes(data)
+
+    def check_size(self, prefix: str, data: bytes) -> None:
+        overhead = len(prefix.encode("utf-8")) + self._ctx.chroot_len + 10 + _REQUEST_OVERHEAD
+        if len(data) + overhead > self._ctx.jute_max_buffer:
+            raise ItemTooLargeError(len(data), self._ctx.jute_max_buffer - overhead)
+
+    # ------------------------------------------------------------------------------------------ puts
+    def put_framed(
+        self, data: bytes, prefix: str, item: Any, *, multi: bool = False, timeout: float | None = None
+    ) -> bool:
+        """Wait for room (bounded queues), then store ``data`` (a frame from :meth:`frame`) as a sequential node
+        at ``prefix``. ``item`` is what put listeners receive (the list of items when ``multi``). False only
+        when a bounded queue stayed full for ``timeout`` seconds."""
+        self._check_started()
+        if self._max_items is None:
+            return self._send_framed(data, prefix, item, multi=multi)
+        if timeout is not None:
+            timeout = max(0.0, float(timeout))
+        self.check_size(prefix, data)
+        # One bounded put at a time per instance, so this instance never overshoots its own bound.
+        if not self._bound_lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        try:
+            if not self._wait_for_room(timeout):
+                return False
+            return self._send_framed(data, prefix, item, multi=multi)
+        finally:
+            self._bound_lock.release()
+
+    def _send_framed(self, data: bytes, prefix: str, item: Any, *, multi: bool) -> bool:
+        """Send one framed znode at ``prefix`` (sequential): queued for the put thread, or created now."""
+        self._check_started()
+        self.check_size(prefix, data)
+        req = PutRequest(prefix, data, item, multi)
+        if self._background:
+            with self._cond:
+                if self._ctx.closing.is_set():
+                    raise QueueClosedError(f"queue {self._ctx.queue_path} is closed")
+                self._in_flight += 1
+                self._queue.append(req)
+                self._cond.notify_all()
+            return True
+        try:
+            created = self._group.put(req) if self._max_items is None else self._create_node(req)
+        except Exception as exc:
+            self._ctx.counters.add("put_failed")
+            mapped = map_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        if self._max_items is not None:
+            seq = naming.sequence_of(created)
+            if seq is not None:
+                with self._own_lock:
+                    self._own_unlisted.append(seq)
+        self._ctx.counters.add("put_ok")
+        self._notify(req)
+        return True
+
+    def _create_node(self, req: PutRequest) -> str:
+        """Create ``req``'s sequential node now and return its path (every single-node put goes here)."""
+        return protocol.create(self._ctx.client, create_op(req.prefix, req.data, sequence=True, acl=self._ctx.acl))
+
+    def _send_nodes(self, reqs: Sequence[PutRequest]) -> protocol.PendingMulti:
+        """Send the sequential nodes of ``reqs`` as ONE multi, in order, without waiting (every batched put)."""
+        return protocol.send_creates(
+            self._ctx.client, [(r.prefix, r.data) for r in reqs], acl=self._ctx.acl, sequence=True,
+            limit=self._ctx.jute_max_buffer,
+        )
+
+    def _take(self, waiting: deque[Any], batch: list[Any], req_of: Callable[[Any], PutRequest]) -> None:
+        """Move puts from the head of ``waiting`` to ``batch`` while they fit one multi (op count and bytes, the
+        first always); ``req_of`` gives an entry's PutRequest. The caller holds the lock guarding ``waiting``."""
+        budget = self._ctx.jute_max_buffer - MULTI_SLACK
+        chroot = self._ctx.chroot_len
+        size = sum(node_cost(req_of(x).prefix, req_of(x).data, chroot) for x in batch)
+        while waiting and len(batch) < MAX_OPS_PER_MULTI:
+            req = req_of(waiting[0])
+            req_size = node_cost(req.prefix, req.data, chroot)
+            if batch and size + req_size > budget:
+                break
+            batch.append(waiting.popleft())
+            size += req_size
+
+    def _notify(self, req: PutRequest) -> None:
+        if req.multi:
+            self._listeners.notify("put_multi_completed", req.item)
+        else:
+            self._listeners.notify("put_completed", req.item)
+
+    def _notify_failed(self, req: PutRequest, exc: BaseException) -> None:
+        self._ctx.counters.add("put_failed")
+        log.warning("background put to %s failed: %r", req.prefix, exc)
+        self._listeners.notify("put_failed", req.item, exc)
+
+    # ------------------------------------------------------------------------------------------ bounded
+    def _wait_for_room(self, timeout: float | None) -> bool:
+        cache = self._cache
+        assert cache is not None and self._max_items is not None
+        limit = self._max_items
+
+        def has_room(snap: Snapshot) -> bool:
+            # Our own creates the listing does not reflect yet count too (their sequence >= its cversion).
+            with self._own_lock:
+                self._own_unlisted = [s for s in self._own_unlisted if s >= snap.cversion]
+                unlisted = len(self._own_unlisted)
+            return sum(1 for n in snap.children if naming.is_item_name(n)) + unlisted < limit
+
+        # Curator semantics: the timeout restarts whenever the children change.
+        while True:
+            snap = cache.snapshot
+            if has_room(snap):
+                return True
+            if not self._ctx.is_running():
+                self._check_started()
+                raise QueueClosedError(f"queue {self._ctx.queue_path} is closed")
+            newer = cache.wait_for_change(snap.version, timeout)
+            if newer.version == snap.version:
+                if cache.closed:
+                    raise QueueClosedError(f"queue {self._ctx.queue_path} is closed")
+                return has_room(newer)
+
+    # ------------------------------------------------------------------------------------------ put thread
+    def _put_loop(self) -> None:
+        """Send queued puts as multi transactions, up to _PUTS_PIPELINED multis in flight at once.
+
+        ZooKeeper runs one session's requests in order, so sequence numbers follow put order. Completions are
+        handled in send order; the in-flight counter is decremented for every request whatever happens.
+        """
+        inflight: deque[tuple[list[PutRequest], Any]] = deque()
+        closing = self._ctx.closing
+        while True:
+            batch: list[PutRequest] = []
+            with self._cond:
+                while not self._queue and not inflight and not closing.is_set():
+                    self._cond.wait()
+                is_closing = closing.is_set()  # close() flushed for final_flush_time: send nothing new
+                if not inflight and (is_closing or not self._queue):
+                    return
+                # Another multi goes out while some are in flight only if it is full; otherwise waiting for
+                # the oldest reply lets the next batch grow (fewer, bigger requests).
+                if not is_closing and self._queue and (
+                    not inflight
+                    or (len(inflight) < _PUTS_PIPELINED and len(self._queue) >= MAX_OPS_PER_MULTI)
+                ):
+                    self._take(self._queue, batch, lambda r: r)
+            if batch:
+                pending = None
+                if len(batch) > 1 and self._ctx.connection.connected.is_set():
+                    try:
+                        pending = self._send_nodes(batch)
+                    except Exception:
+                        log.debug("could not send a put batch asynchronously; sending it in order", exc_info=True)
+                        pending = None
+                if pending is not None:
+                    inflight.append((batch, pending))
+                    continue
+                # Single puts and the disconnected case go the synchronous way, after what is in flight.
+                while inflight:
+                    self._finish_batch(*inflight.popleft())
+                self._finish_batch(batch, None)
+                continue
+            self._finish_batch(*inflight.popleft())
+
+    def _finish_batch(self, batch: list[PutRequest], pending: Any) -> None:
+        try:
+            if pending is None:
+                self._send_now(batch)
+                return
+            try:
+                result = pending.result()
+            except CONNECTION_ERRORS:
+                self._send_now(batch)  # unknown outcome: resend (at-least-once, as Curator's retries)
+                return
+            self._handle_result(batch, result)
+        except Exception as exc:  # never let the put thread die
+            log.exception("background put thread error on %s", self._ctx.queue_path)
+            for req in batch:
+                self._notify_failed(req, exc)
+        finally:
+            with self._cond:
+                self._in_flight -= len(batch)
+                self._cond.notify_all()
+
+    def _handle_result(self, batch: list[PutRequest], result: Any) -> None:
+        if result.ok:
+            self._ctx.counters.add("put_ok", len(batch))
+            for req in batch:
+                self._notify(req)
+            return
+        # A multi is all-or-nothing; find out which item is at fault by sending them one by one.
+        log.debug("background put multi failed at %s: %r; retrying one by one", result.failed_index, result.failure)
+        for req in batch:
+            self._send_single(req)
+
+    def _send_now(self, batch: list[PutRequest]) -> None:
+        if len(batch) == 1:
+            self._send_single(batch[0])
+            return
+        try:
+            result = self._with_reconnect(lambda: self._send_nodes(batch).result(), f"put batch of {len(batch)}")
+        except Exception as exc:
+            for req in batch:
+                self._notify_failed(req, map_error(exc))
+            return
+        self._handle_result(batch, result)
+
+    def _send_single(self, req: PutRequest) -> None:
+        try:
+            self._with_reconnect(lambda: self._create_node(req), "put")
+        except Exception as exc:
+            self._notify_failed(req, map_error(exc))
+            return
+        self._ctx.counters.add("put_ok")
+        self._notify(req)
+
+    def _with_reconnect(self, call: Callable[[], Any], what: str, attempts: int = 3) -> Any:
+        """Run ``call``; after a connection error wait for the connection and retry (as Curator's retry policy
+        does for background puts). A create whose reply was lost may have committed, so a retried put can be
+        stored twice: puts are at-least-once across connection loss, never silently dropped."""
+        for attempt in range(attempts):
+            try:
+                return call()
+            except CONNECTION_ERRORS as exc:
+                if attempt == attempts - 1:
+                    raise
+                log.warning("%s on %s: %r; retrying after reconnect (a duplicate is possible)", what,
+                            self._ctx.queue_path, exc)
+                if not self._ctx.connection.wait(30.0):
+                    raise
+        raise AssertionError("unreachable")
