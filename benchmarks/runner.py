@@ -264,7 +264,8 @@ def _spark_rows(spark: dict[str, Any]) -> list[dict[str, Any]]:
     res = spark["result"]
     rows = []
     for key, label in (("sink_rows_per_s", "Spark sink rows/s"),
-                       ("consume_items_per_s", "Spark executor consumers items/s (lock-safe)")):
+                       ("consume_cold_items_per_s", "Spark executor consumers items/s (lock-safe), first job"),
+                       ("consume_items_per_s", "Spark executor consumers items/s (lock-safe), next job")):
         v = res.get(key)
         rows.append({"label": label, "value": f"{v:,.0f}" if isinstance(v, (int, float)) else "n/a",
                      "raw": res})

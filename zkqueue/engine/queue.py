@@ -6,8 +6,8 @@ This module is the Curator-shaped facade; the work is done by the parts it wires
 - :mod:`~zkqueue.engine.children`: the versioned children listing the loop and bounded puts wait on;
 - :mod:`~zkqueue.engine.run_loop` and :mod:`~zkqueue.engine.steps`: ordering, due times, step sizes;
 - :mod:`~zkqueue.engine.nolock`: the no-lock taker (delete with a receipt, then deliver);
-- :mod:`~zkqueue.engine.locksafe`, :mod:`~zkqueue.engine.leases`, :mod:`~zkqueue.engine.completion`,
-  :mod:`~zkqueue.engine.acker`: lock-safe consumption (lease, read, deliver, complete in fenced multis);
+- :mod:`~zkqueue.engine.locksafe`, :mod:`~zkqueue.engine.leases`, :mod:`~zkqueue.engine.completion`: lock-safe
+  consumption (lease, read, deliver, complete in fenced multis);
 - :mod:`~zkqueue.engine.delivery` and :mod:`~zkqueue.engine.quarantine`: handing nodes to the consumer, and
   moving undecodable ones aside;
 - :mod:`~zkqueue.engine.seams`: what the layers above hook into (node consumers, completions with extra ops,
@@ -17,9 +17,9 @@ Recipes (priority, delay, id) override only the naming/sort hooks: ``get_delay``
 ``make_item_path``, ``make_requeue_item_path``, and store nodes through :meth:`DistributedQueue._put_framed`.
 
 Threads of one started queue (all daemons, all joined by ``close()``; a user executor is never shut down):
-``zkqueue-loop-<path>`` (run loop), ``zkqueue-put-<path>`` (background puts), ``zkqueue-ack-<path>`` and
-``zkqueue-leases-<path>`` (lock-safe completions and lease upkeep), ``zkqueue-events-<path>`` (connection states
-to the consumer) and ``zkqueue-cache-<path>`` (listing upkeep off kazoo's threads).
+``zkqueue-loop-<path>`` (run loop, which also claims, delivers and completes), ``zkqueue-put-<path>`` (background
+puts), ``zkqueue-leases-<path>`` (lock-safe lease upkeep), ``zkqueue-events-<path>`` (connection states to the
+consumer) and ``zkqueue-cache-<path>`` (listing upkeep off kazoo's threads).
 
 Delivery: without a lock path items are deleted before delivery (at-most-once, as Curator); with one they are
 deleted after the consumer returned (at-least-once: a crash before the ack means redelivery).

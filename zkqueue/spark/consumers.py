@@ -33,6 +33,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from zkqueue.formats import framing, naming; from zkqueue.transport import protocol
 from zkqueue.engine.leases import item_claim_ops, item_finish_ops
+from zkqueue.engine.queue import DEFAULT_BATCH_SIZE
 from zkqueue.errors import ConfigurationError
 from zkqueue.spark.clients import (
     DEFAULT_SESSION_TIMEOUT,
@@ -59,9 +60,9 @@ class ConsumerSpec:
     kind: str = "plain"
     serializer: str = "bytes"
     until: str | float = "empty"
-    batch_size: int = 100
+    batch_size: int = DEFAULT_BATCH_SIZE
     on_error: str = "requeue"
-    poll_interval: float = 0.2
+    poll_interval: float = 0.05  # an emptiness check is one stat call
 
 
 @dataclass
@@ -113,7 +114,18 @@ def _serializer(name: str) -> Any:
     return load_serializer(name)
 
 
+#: A queue with more children than this is not empty, whatever they are (no listing needed to know it).
+_LIST_BELOW = 1000
+
+
 def _queue_empty(client: Any, path: str) -> bool:
+    """True when the queue holds no item node (held ones count). One stat call; the children are listed only when
+    a few are left, to tell items from foreign nodes."""
+    stat = client.exists(path)
+    if stat is None or stat.numChildren == 0:
+        return True
+    if stat.numChildren > _LIST_BELOW:
+        return False
     try:
         return not any(naming.is_item_name(n) for n in client.get_children(path))
     except NoNodeError:
@@ -195,7 +207,7 @@ def consume(
     until: str | float = "empty",
     kind: str = "plain",
     serializer: str = "bytes",
-    batch_size: int = 100,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     on_error: str = "requeue",
     session_timeout: float = DEFAULT_SESSION_TIMEOUT,
     auth: str | None = None,
