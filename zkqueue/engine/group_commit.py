@@ -12,13 +12,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from zkqueue.engine.commit import CONNECTION_ERRORS, copy_error
 from zkqueue.errors import QueueStateError
 
-if TYPE_CHECKING:
-    from zkqueue.engine.producer import PutRequest
+
+class PutRequest(Protocol):
+    """What a grouped put needs of a request: where its node goes (the producer's requests carry more)."""
+
+    prefix: str
 
 log = logging.getLogger("zkqueue.engine.group_commit")
 

@@ -58,7 +58,7 @@ log = logging.getLogger("zkqueue.engine.leases")
 #: A block lease held longer than this (seconds) moves its unfinished items to item leases.
 DOWNGRADE_AFTER = 1.0
 #: How long the count of live consumers (see :meth:`Leases.peers`) is reused before the lock path is listed again.
-PEERS_TTL = 0.5
+PEERS_TTL = 0.2
 
 
 class LeaseKind(enum.Enum):

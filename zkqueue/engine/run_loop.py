@@ -27,9 +27,10 @@ log = logging.getLogger("zkqueue.engine.run_loop")
 
 #: How long a consumer waits before trying again items another consumer held.
 LOCKED_RETRY_SECONDS = 0.5
-#: Consumers that split the queue list it again after races at most this often (a listing costs as much as the
-#: queue is long).
-_RELIST_AFTER = 1.0
+#: Consumers that split the queue list it again after races at most this often: at least this many seconds...
+_RELIST_AFTER = 0.1
+#: ...and this many per child of the last listing (a listing costs as much as the queue is long).
+_RELIST_PER_CHILD = 2e-5
 
 
 class Taker(Protocol):
@@ -162,10 +163,11 @@ class RunLoop:
         pos = 0  # remaining[pos:] is still to do (an index, not slicing: no O(n^2) on big snapshots)
         spread = not self._refresh_on_watch and len(due) > step
         shared = self._share() if spread else None
+        own_end = -1  # with a share: where the others' blocks start in ``remaining``
         if shared is not None:
             # Several consumers take block leases here: this one starts with its own share of the blocks and
             # goes on to the others' after, so they do not race for the same blocks.
-            remaining = share_first(remaining, *shared)
+            remaining, own_end = share_first(remaining, *shared)
         elif spread and self._contended_recently:
             # Other consumers are active: start at a random point instead of racing them for the head.
             cut = random.randrange(len(remaining))
@@ -184,7 +186,14 @@ class RunLoop:
             if spread:
                 now_shared = self._share()
                 if now_shared is not None and now_shared != shared:  # a consumer came or went: split again
-                    shared, remaining, pos = now_shared, share_first(remaining[pos:], *now_shared), 0
+                    shared = now_shared
+                    (remaining, own_end), pos = share_first(remaining[pos:], *now_shared), 0
+            if shared is not None and 0 < own_end == pos < len(remaining):
+                # Our share of this listing is done; the rest is the others'. Most of it is likely taken by now,
+                # so look at a fresh listing before helping with it.
+                own_end = -1
+                if self._cache.changed_since(snap.version):
+                    return time.monotonic()
             end = pos + self._sizer.size(step)
             if not self._refresh_on_watch and self._align_blocks():
                 end = _block_end(remaining, pos, end)
@@ -201,7 +210,7 @@ class RunLoop:
                 # was gone already is the listing worth reading again (a listing costs as much as the queue).
                 contended = self._contended_recently = True
                 if (2 * lost > len(batch) and pos < len(remaining) and self._cache.changed_since(snap.version)
-                        and time.monotonic() - started > _RELIST_AFTER):
+                        and time.monotonic() - started > max(_RELIST_AFTER, _RELIST_PER_CHILD * len(names))):
                     return time.monotonic()
             elif lost:
                 # Other consumers work on this queue. A newer listing drops the names they already took;
@@ -222,22 +231,29 @@ class RunLoop:
         return next_due
 
 
-def share_first(names: list[str], rank: int, count: int) -> list[str]:
-    """``names`` with the share of consumer ``rank`` of ``count`` first (the blocks whose index is ``rank``
-    modulo ``count``, in order), then the others' blocks from the last one back.
+def share_first(names: list[str], rank: int, count: int) -> tuple[list[str], int]:
+    """``names`` with the share of consumer ``rank`` of ``count`` first, and where the others' part starts.
 
-    Live consumers split a deep queue this way without racing for the same blocks; once its own share is done a
-    consumer helps with the others' from the far end, which their owners reach last.
+    The share is the blocks whose index is ``rank`` modulo ``count``, in order. The others' blocks follow by owner
+    (the next rank's first), each owner's from its last block back: live consumers split a deep queue this way
+    without racing for the same blocks, and a consumer done with its share helps the others from the far end of
+    theirs, which their owners reach last, each helper at a different owner.
     """
     own: list[str] = []
-    others: dict[int | None, list[str]] = {}
+    others: dict[int, dict[int | None, list[str]]] = {}
     for n in names:
         block = naming.block_of(n)
-        if block is not None and (block // naming.BLOCK_SPAN) % count == rank:
+        owner = (block // naming.BLOCK_SPAN) % count if block is not None else -1
+        if owner == rank:
             own.append(n)
         else:
-            others.setdefault(block, []).append(n)
-    return own + [n for block in reversed(others) for n in others[block]]
+            others.setdefault(owner, {}).setdefault(block, []).append(n)
+    rest = []
+    for k in range(1, count + 1):
+        blocks = others.get((rank + k) % count if k < count else -1, {})
+        for block in reversed(blocks):
+            rest.extend(blocks[block])
+    return own + rest, len(own)
 
 
 def _block_end(names: list[str], start: int, end: int) -> int:

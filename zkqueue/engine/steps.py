@@ -22,6 +22,7 @@ class StepSizer:
         self._max_batch_bytes = max_batch_bytes
         self._pace = pace
         self.avg_node_bytes: float | None = None
+        self._blind_steps = 0  # steps sized before any node was read (they found nothing: taken by others)
 
     def note_sizes(self, reads: Sequence[Any]) -> None:
         """Learn node sizes from a multiRead's results (``(data, stat)`` or an exception each)."""
@@ -34,7 +35,9 @@ class StepSizer:
         """Nodes for the next step, at most ``step``."""
         avg = self.avg_node_bytes
         if avg is None:
-            return min(step, FIRST_STEP)
+            # Still no node read (other consumers took what we tried): grow, so we do not crawl.
+            self._blind_steps += 1
+            return min(step, FIRST_STEP << min(self._blind_steps - 1, 8))
         n = max(1, min(step, self._max_batch_bytes // max(1, int(avg))))
         pace = self._pace()
         if pace is not None and pace * n > HOLD_SECONDS:

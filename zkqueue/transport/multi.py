@@ -1,6 +1,6 @@
 """Checked multi transactions: write ops committed all-or-nothing in ONE ``multi`` request, each op's outcome told.
 
-* :func:`run_multi` and :func:`run_multi_async` commit write ops (:class:`~zkqueue.transport.ops.CreateOp`,
+* :func:`run_multi_async` (and :func:`zkqueue.transport.protocol.run_multi`, which sends through :func:`send_multi`) commit write ops (:class:`~zkqueue.transport.ops.CreateOp`,
   ``DeleteOp``, ``SetDataOp``, ``CheckOp``) in one transaction and report which op failed. kazoo's
   ``TransactionRequest.commit`` hides failures in its result list; :class:`MultiResult` does not.
 * :func:`send_multi` sends a multi without waiting and returns a :class:`PendingMulti`. Its body is built straight
@@ -60,7 +60,6 @@ __all__ = [
     "MultiResult",
     "PendingMulti",
     "multi_body",
-    "run_multi",
     "run_multi_async",
     "send_creates",
     "send_multi",
@@ -139,22 +138,6 @@ def run_multi_async(client: Any, ops: Iterable[Op], *, limit: int | None = None)
         return MultiResult.from_results(results)
 
     return _DerivedResult([inner], combine)
-
-
-def run_multi(
-    client: Any, ops: Iterable[Op], *, limit: int | None = None, timeout: float | None = None
-) -> MultiResult:
-    """Commit ``ops`` in ONE all-or-nothing multi transaction and return what happened to each op.
-
-    Op failures (node exists, no node, bad version, no auth...) come back in the MultiResult, never hidden.
-    Errors of the whole request are raised; after ConnectionLoss the outcome is unknown.
-    """
-    # send_multi is looked up on the protocol facade, as when both lived there: a stand-in put at
-    # ``protocol.send_multi`` (the fault-injection tests do) sees the synchronous multis too. Imported here
-    # because the facade imports this module.
-    from zkqueue.transport import protocol  # noqa: PLC0415
-
-    return protocol.send_multi(client, ops, limit=limit).result(timeout)
 
 
 class PendingMulti:

@@ -20,12 +20,14 @@ Call through this module (``protocol.run_multi(...)``) to go where tests replace
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from zkqueue.transport.multi import (
     _PrebuiltTransaction,  # noqa: F401 - imported from here by tests
     MultiResult,
     PendingMulti,
     multi_body,
-    run_multi,
     run_multi_async,
     send_creates,
     send_multi,
@@ -67,6 +69,18 @@ from zkqueue.transport.reads import (
     send_multi_read,
 )
 from zkqueue.transport.requests import call, create
+
+
+def run_multi(
+    client: Any, ops: Iterable[Op], *, limit: int | None = None, timeout: float | None = None
+) -> MultiResult:
+    """Commit ``ops`` in ONE all-or-nothing multi transaction and return what happened to each op.
+
+    Op failures (node exists, no node, bad version, no auth...) come back in the MultiResult, never hidden.
+    Errors of the whole request are raised; after ConnectionLoss the outcome is unknown. It sends through this
+    module's :func:`send_multi`, so a stand-in put there (the fault-injection tests do) sees these multis too.
+    """
+    return send_multi(client, ops, limit=limit).result(timeout)
 
 __all__ = [
     "DEFAULT_JUTE_MAXBUFFER",
