@@ -225,3 +225,24 @@ def test_an_expired_consumer_cannot_apply_its_completion(zk_client_factory) -> N
         wait_for(lambda: q.stats().lock_lost == 1)
         assert observer.get_children(NEXT) == []
     assert len(observer.get_children(QPATH)) == 1
+
+
+def test_pull_mode_claims_completes_and_releases(zk_client) -> None:
+    """claim_nodes on a lock-safe queue without a consumer: blocks for due nodes, holds them under leases until
+    complete_nodes or release_nodes."""
+    fill(zk_client, ["p1", "p2", "p3"])
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        first = q.claim_nodes(2, timeout=5)
+        assert [o.items for o in first] == [["p1"], ["p2"]]
+        assert len(lock_nodes(zk_client, LPATH)) == 2  # item leases while held
+        rest = q.claim_nodes(5, timeout=5)
+        assert [o.items for o in rest] == [["p3"]]  # held nodes are not claimed twice
+        assert q.claim_nodes(5, timeout=0.2) == []
+        first[0].completion = Completion.ack()
+        first[1].completion = Completion.move_to(NEXT + "/queue-")
+        zk_client.ensure_path(NEXT)
+        q.complete_nodes(first)
+        q.release_nodes(rest)
+        assert [o.items for o in q.claim_nodes(5, timeout=5)] == [["p3"]]  # released: claimable again
+        assert len(zk_client.get_children(NEXT)) == 1 and q.stats().moved == 1

@@ -129,6 +129,15 @@ def removal_ops(queue_path: str, lock_path: str | None, name: str, *, curator_na
     return [create_op(lock, lock_data, ephemeral=True, acl=acl), delete_op(path), delete_op(lock)]
 
 
+def held_items(items: Iterable[str], lock_names: Iterable[str], queue_path: str) -> set[str]:
+    """Which of ``items`` (names in ``queue_path``) a live consumer holds, from the names in its lock path: an item
+    lease in either naming style, or a block lease that covers the item."""
+    locks = set(lock_names)
+    blocks = {b for b in (naming.parse_block_lock(n, queue_path) for n in locks) if b is not None}
+    suffix = naming.lock_suffix(queue_path)
+    return {i for i in items if i + suffix in locks or i in locks or naming.block_of(i) in blocks}
+
+
 @dataclass
 class BlockClaim:
     """Block claims sent in one multi: (first sequence, names) per block, the fence checked, the reply."""

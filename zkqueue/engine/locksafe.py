@@ -52,7 +52,7 @@ class LeaseTaker:
         self,
         ctx: QueueContext,
         serializer: Any,
-        delivery: Delivery,
+        delivery: Delivery | None,
         quarantine: Quarantine,
         sizer: StepSizer,
         *,
@@ -124,7 +124,7 @@ class LeaseTaker:
     # ------------------------------------------------------------------------------------------ a step
     def uses_blocks(self) -> bool:
         """Whether the next step takes block leases (the consumer is known to be fast)."""
-        pace = self._delivery.pace
+        pace = self._delivery.pace if self._delivery is not None else None
         return not self.leases.curator_names and pace is not None and pace <= BLOCK_LEASE_MAX_PACE
 
     def share(self) -> tuple[int, int] | None:
@@ -138,6 +138,18 @@ class LeaseTaker:
     def take(self, names: list[str]) -> tuple[list[str], bool]:
         """Claim, read, deliver and complete ``names``; return (names finished for this instance, whether some
         were held by others and should be tried again soon)."""
+        assert self._delivery is not None
+        handled, locked, outcomes = self.claim(names)
+        # The previous step's completions went out before this step's claim; collect them before the consumer
+        # sees new nodes, so at most one step is ever consumed-but-unacked.
+        self.completer.collect()
+        self._delivery.deliver_all(outcomes, self.completer.submit, release=self._release_outcomes)
+        handled.extend(o.name for o in outcomes)
+        return handled, locked
+
+    def claim(self, names: list[str]) -> tuple[list[str], bool, list[Outcome]]:
+        """Claim and read ``names`` (and run the claim hook): (names finished for this instance, whether some were
+        held by others, the claimed nodes to deliver). The caller completes or releases every outcome."""
         leases = self.leases
         locked = False
         blocks = [naming.block_of(n) for n in names]
@@ -167,19 +179,14 @@ class LeaseTaker:
                 reads.update(reads2)
                 claim_locked = claim_locked or locked2
         except FenceLostError:
-            return [], True  # the session expired: every lease went with it
+            return [], True, []  # the session expired: every lease went with it
         locked = locked or claim_locked
         handled, outcomes, more_locked = self._read_out(held, reads)
         handled.extend(claimed.gone)
         locked = locked or more_locked
         if self._claim_hook is not None and outcomes:
-            outcomes = self._run_claim_hook(outcomes)
-        # The previous step's completions went out before this step's claim; collect them before the consumer
-        # sees new nodes, so at most one step is ever consumed-but-unacked.
-        self.completer.collect()
-        self._delivery.deliver_all(outcomes, self.completer.submit, release=self._release_outcomes)
-        handled.extend(o.name for o in outcomes)
-        return handled, locked
+            outcomes = self._run_claim_hook(outcomes, handled)
+        return handled, locked, outcomes
 
     def _claim(self, by_block: dict[int, list[str]], item_names: list[str], together: bool
                ) -> tuple[dict[str, Held], dict[str, Any], Claimed, bool, list[int]]:
@@ -260,22 +267,40 @@ class LeaseTaker:
     def _release_outcomes(self, outcomes: list[Outcome]) -> None:
         self._give_back([o.held for o in outcomes if o.held is not None])
 
-    def _run_claim_hook(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """Commit the claim hook's ops for ``outcomes`` (fenced); return the outcomes that may be delivered."""
+    def _run_claim_hook(self, outcomes: list[Outcome], handled: list[str]) -> list[Outcome]:
+        """Commit the claim hook's ops for ``outcomes`` (fenced); return the outcomes that may be delivered. Nodes
+        the hook completes at once (it returned a Completion) are finished here and added to ``handled``."""
         hook = self._claim_hook
         assert hook is not None
         ctx = self._ctx
+        nodes = [o.node(o.held.path) for o in outcomes if o.held is not None]
+        try:
+            hook.prepare(nodes)
+        except Exception:
+            log.exception("claim hook prepare() of %s raised; giving the step back", ctx.queue_path)
+            self._release_outcomes(outcomes)
+            return []
         ops_of: list[list[Any]] = []
         failed: list[tuple[Outcome, BaseException | None]] = []
-        for o in outcomes:
-            assert o.held is not None
+        at_once: list[Outcome] = []
+        for o, node in zip(outcomes, nodes):
             try:
-                ops_of.append(list(hook.claim_ops(o.node(o.held.path))))
+                ops = hook.claim_ops(node)
             except Exception as exc:
-                log.exception("claim_ops of %s raised", o.held.path)
+                log.exception("claim_ops of %s raised", node.path)
                 ops_of.append([])
                 failed.append((o, exc))
-        failed_ids = {id(o) for o, _e in failed}
+                continue
+            if isinstance(ops, Completion):  # not to be delivered: finished at once
+                o.completion = ops
+                at_once.append(o)
+                ops_of.append([])
+                continue
+            ops_of.append(list(ops))
+        if at_once:
+            self.completer.complete(at_once)
+            handled.extend(o.name for o in at_once)
+        failed_ids = {id(o) for o, _e in failed} | {id(o) for o in at_once}
         results: list[Any] = [None] * len(outcomes)
         try:
             with self.leases.commit_lock:
@@ -305,7 +330,7 @@ class LeaseTaker:
         keep: list[Outcome] = []
         for i, o in enumerate(outcomes):
             res = results[i]
-            if id(o) in failed_ids or res is False:  # claim_ops raised, or the session is gone
+            if id(o) in failed_ids or res is False:  # claim_ops raised or finished it, or the session is gone
                 continue
             if res is None or res.ok:  # no claim ops for it, or they committed
                 keep.append(o)

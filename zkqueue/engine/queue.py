@@ -41,13 +41,15 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NoAuthError, NotEmpty
 
 from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer, as_consumer
 from zkqueue.engine.children import ChildrenCache
-from zkqueue.engine.commit import commit_groups, map_error
+from zkqueue.engine.commit import GroupOutcome, commit_groups, map_error
+from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import ConnectionWatch, QueueContext
 from zkqueue.engine.delivery import Delivery
 from zkqueue.engine.leases import removal_ops
 from zkqueue.engine.locksafe import LeaseTaker
 from zkqueue.engine.nolock import NoLockTaker
 from zkqueue.engine.producer import Producer
+from zkqueue.engine.pull import Puller
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.run_loop import RunLoop
 from zkqueue.engine.seams import ClaimHook
@@ -206,6 +208,8 @@ class DistributedQueue(Generic[T]):
         self._loop: RunLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._lease_taker: LeaseTaker | None = None
+        self._puller: Puller | None = None
+        self._puller_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------ properties
     @property
@@ -482,6 +486,55 @@ class DistributedQueue(Generic[T]):
         if self._lease_taker is None:
             return True
         return self._lease_taker.flush(timeout)
+
+    # ------------------------------------------------------------------------------------------ pull mode
+    def claim_nodes(self, max_nodes: int, timeout: float | None = None) -> list[Outcome]:
+        """Claim up to ``max_nodes`` due nodes now (pull mode: a lock-safe queue built without a consumer).
+
+        Blocks until at least one node is due and claimed, or returns [] after ``timeout`` seconds. Each returned
+        outcome holds the node (``name``, ``data``, ``version``, ``items``, ``node(path)``) under an item lease and
+        the claim hook's ops already committed; set its ``completion`` (or ``error``) and pass it to
+        :meth:`complete_nodes`, or give it back with :meth:`release_nodes`. A seam for the job layer's scoped takes.
+        """
+        self._check_started()
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes <= 0:
+            raise ConfigurationError(f"max_nodes must be a positive int, got {max_nodes!r}")
+        return self._pull().claim(max_nodes, timeout)
+
+    def complete_nodes(self, outcomes: list[Outcome]) -> None:
+        """Finish nodes from :meth:`claim_nodes`, each by its ``completion`` (or its ``error`` and the error mode),
+        in as few fenced multis as possible."""
+        self._check_started()
+        self._pull().complete(outcomes)
+
+    def release_nodes(self, outcomes: list[Outcome]) -> None:
+        """Give nodes from :meth:`claim_nodes` back untouched."""
+        self._pull().release(outcomes)
+
+    def _pull(self) -> Puller:
+        with self._puller_lock:
+            if self._puller is None:
+                if self._lock_path is None or self._consumer is not None:
+                    raise ConfigurationError("pull mode (claim_nodes) needs a lock path and no consumer")
+                cache = ChildrenCache(self._client, self._queue_path, name=f"zkqueue-cache-{self._queue_path}",
+                                      lazy=True, acl=self._acl)
+                cache.start()
+                self._cache = cache
+                self._lease_taker = LeaseTaker(
+                    self._ctx, self._serializer, None, Quarantine(self._ctx),
+                    StepSizer(self._max_batch_bytes, lambda: None), error_mode=lambda: self._error_mode,
+                    requeue_prefix=self.make_requeue_item_path, claim_hook=self._claim_hook,
+                )
+                self._lease_taker.start()
+                self._puller = Puller(self._ctx, cache, self._lease_taker, sort_children=self.sort_children,
+                                      get_delay=self.get_delay)
+            return self._puller
+
+    def commit_groups(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:
+        """Commit each group of ops atomically, many groups per multi (a failing group costs only itself): the
+        seam the layers above use for their own writes (e.g. adding jobs with their records)."""
+        self._check_started()
+        return commit_groups(self._ctx, groups)
 
     # ------------------------------------------------------------------------------------------ removal
     def _remove_items(self, names: Sequence[str]) -> int:

@@ -13,7 +13,8 @@ Three seams, all fenced by the consumer's lease, so a consumer whose session exp
 - **Claim hooks.** A :class:`ClaimHook` adds ops to the claim of each node: they commit, fenced by the lease,
   after the node is leased and read and before any consumer sees it (e.g. counting a job's attempt, so the
   count survives a consumer that crashes mid-job). A node whose claim ops fail is not delivered; the hook's
-  ``claim_failed`` says what happens to it.
+  ``claim_failed`` says what happens to it. ``claim_ops`` may instead return a :class:`Completion`: the node is
+  then finished at once and never delivered.
 
 Completions other than a plain ack need a lock path (lock-safe mode): without one, items are deleted before
 delivery (Curator's at-most-once mode) and a returned completion is ignored with a warning.
@@ -87,8 +88,13 @@ class NodeConsumer(Protocol):
 class ClaimHook:
     """Ops committed with the claim of each node (see the module docs). Subclass and override."""
 
-    def claim_ops(self, node: ClaimedNode) -> Sequence[Any]:
-        """Ops to commit, fenced, before ``node`` is delivered (none by default)."""
+    def prepare(self, nodes: Sequence[ClaimedNode]) -> None:
+        """Called once per step with every node just claimed, before :meth:`claim_ops` is asked for each (e.g. to
+        read records for all of them in one request)."""
+
+    def claim_ops(self, node: ClaimedNode) -> Sequence[Any] | Completion:
+        """Ops to commit, fenced, before ``node`` is delivered (none by default); or a :class:`Completion` to
+        finish the node at once without delivering it (e.g. a job out of attempts goes to the dead letters)."""
         return ()
 
     def claim_failed(self, node: ClaimedNode, error: BaseException | None) -> Completion:

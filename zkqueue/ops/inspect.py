@@ -8,6 +8,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from zkqueue.formats import naming
+from zkqueue.engine.leases import held_items
 from zkqueue.errors import QueuePermissionError
 
 log = logging.getLogger("zkqueue.ops.inspect")
@@ -39,12 +40,9 @@ def queue_counts(
     locked = 0
     consumers = 0
     if lock_path:
-        lock_names = set(_children(client, naming.validate_path(lock_path)))
-        blocks = {b for b in (naming.parse_block_lock(n, queue_path) for n in lock_names) if b is not None}
+        lock_names = _children(client, naming.validate_path(lock_path))
         consumers = sum(1 for n in lock_names if naming.is_fence_name(n, queue_path))
-        for item in items:
-            if naming.lock_name(item, queue_path) in lock_names or item in lock_names or naming.block_of(item) in blocks:
-                locked += 1
+        locked = len(held_items(items, lock_names, queue_path))
     quarantine = naming.validate_path(quarantine_path or queue_path + "-quarantine")
     return {
         "pending": len(items) - locked,
