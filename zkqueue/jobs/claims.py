@@ -1,0 +1,90 @@
+"""The job layer's claim hook: an attempt is counted when a job is claimed, before any worker sees it.
+
+For each step the records of the claimed jobs are read in one multiRead (:meth:`JobClaims.prepare`); each job's
+record then becomes ACTIVE with one more attempt, committed fenced by the lease before delivery. A job already out
+of attempts (its workers kept dying) goes to the dead letters instead of running again; an item without a record
+is quarantined. The claimed records wait here for the worker or scope that takes the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
+from zkqueue.errors import CorruptItemError
+from zkqueue.jobs import names, store
+from zkqueue.jobs.model import JobState, Record
+from zkqueue.jobs.retry import RetryPolicy
+from zkqueue.transport import protocol
+
+log = logging.getLogger("zkqueue.jobs.claims")
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job's record as this claim left it (ACTIVE) and the record node's version after the claim."""
+
+    record: Record
+    version: int
+
+
+class JobClaims(ClaimHook):
+    """Counts attempts at claim time and hands the claimed records to whoever takes the nodes."""
+
+    def __init__(self, client: Any, paths: store.Paths, retry: RetryPolicy, acl: Any) -> None:
+        self._client = client
+        self._paths = paths
+        self._retry = retry
+        self._acl = acl
+        self._lock = threading.Lock()
+        self._read: dict[str, tuple[Record, int] | BaseException] = {}
+        self._claimed: dict[str, Claimed] = {}
+
+    def prepare(self, nodes: Sequence[ClaimedNode]) -> None:
+        records = []
+        for node in nodes:
+            item = names.parse_item(node.name)
+            records.append(self._paths.record(item.job_id) if item is not None else None)
+        paths = [p for p in records if p is not None]
+        reads = protocol.multi_read(self._client, paths) if paths else []
+        by_path = dict(zip(paths, reads))
+        with self._lock:
+            for node, path in zip(nodes, records):
+                res = by_path.get(path) if path is not None else CorruptItemError(f"not a job item: {node.name}")
+                if isinstance(res, BaseException) or res is None:
+                    self._read[node.path] = res if res is not None else CorruptItemError(node.name)
+                    continue
+                data, stat = res
+                try:
+                    self._read[node.path] = (Record.decode(data), stat.version)
+                except CorruptItemError as exc:
+                    self._read[node.path] = exc
+
+    def claim_ops(self, node: ClaimedNode) -> Sequence[Any] | Completion:
+        with self._lock:
+            read = self._read.pop(node.path, None)
+        if read is None or isinstance(read, BaseException):
+            return Completion.quarantine(f"job item without a readable record: {read!r}")
+        record, version = read
+        if record.attempts >= self._retry.max_attempts:
+            log.warning("job %s used all %d attempts (its workers were lost); it goes to the dead letters",
+                        record.id, record.attempts)
+            errors = record.failed("worker lost: attempts exhausted without an outcome", "")
+            return store.finish(self._paths, record, version, JobState.DEAD, self._acl, errors=errors)
+        active, ops = store.claim_ops(self._paths, record, version)
+        with self._lock:
+            self._claimed[node.path] = Claimed(active, version + 1)
+        return ops
+
+    def claim_failed(self, node: ClaimedNode, error: BaseException | None) -> Completion:
+        with self._lock:
+            self._claimed.pop(node.path, None)
+        return Completion.release()
+
+    def take(self, node_path: str) -> Claimed | None:
+        """The claimed record of the node at ``node_path`` (once)."""
+        with self._lock:
+            return self._claimed.pop(node_path, None)

@@ -1,0 +1,63 @@
+"""How a claimed job ends: completed with its result, retried after a backoff, or dead; and how records become
+the :class:`~zkqueue.jobs.model.Job` users see."""
+
+from __future__ import annotations
+
+import logging
+import traceback as tb
+from typing import Any
+
+from zkqueue.engine.seams import Completion
+from zkqueue.jobs import store
+from zkqueue.jobs.claims import Claimed
+from zkqueue.jobs.model import Job, JobState, Record, now_ms
+from zkqueue.jobs.retry import RetryPolicy
+
+log = logging.getLogger("zkqueue.jobs.outcomes")
+
+
+class JobOutcomes:
+    """Turns a claimed job's result or error into the completion that records it."""
+
+    def __init__(self, paths: store.Paths, serializer: Any, retry: RetryPolicy, acl: Any) -> None:
+        self._paths = paths
+        self._serializer = serializer
+        self._retry = retry
+        self._acl = acl
+
+    def success(self, claimed: Claimed, result: Any) -> Completion:
+        try:
+            data = self._serializer.serialize(result)
+        except Exception as exc:
+            log.warning("job %s returned a result the serializer refuses (%r): the attempt fails", claimed.record.id,
+                        exc)
+            return self.failure(claimed, exc)
+        return store.finish(self._paths, claimed.record, claimed.version, JobState.COMPLETED, self._acl,
+                            result=bytes(data))
+
+    def failure(self, claimed: Claimed, error: BaseException) -> Completion:
+        record = claimed.record
+        trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
+        errors = record.failed(f"{type(error).__name__}: {error}", trace)
+        if self._retry.retries(error, record.attempts):
+            delay = self._retry.delay(record.attempts)
+            log.warning("job %s failed (attempt %d of %d): %s: %s; again in %.1fs", record.id, record.attempts,
+                        self._retry.max_attempts, type(error).__name__, error, delay)
+            return store.retry(self._paths, record, claimed.version, now_ms() + int(delay * 1000), errors)
+        log.warning("job %s failed (attempt %d of %d): %s: %s; it goes to the dead letters", record.id,
+                    record.attempts, self._retry.max_attempts, type(error).__name__, error)
+        log.debug("job %s traceback:\n%s", record.id, trace)
+        return store.finish(self._paths, record, claimed.version, JobState.DEAD, self._acl, errors=errors)
+
+    def job(self, record: Record) -> Job:
+        return Job(
+            id=record.id,
+            params=self._serializer.deserialize(record.params),
+            state=record.state,
+            attempts=record.attempts,
+            errors=list(record.errors),
+            result=self._serializer.deserialize(record.result) if record.result is not None else None,
+            priority=record.priority,
+            created_at=record.created_ms / 1000.0,
+            updated_at=record.updated_ms / 1000.0,
+        )

@@ -1,0 +1,281 @@
+"""JobQueue: distinct jobs with records, attempts counted at claim, retries with backoff, dead letters, results,
+scoped takes and workers, on the queue engine's seams (see :mod:`zkqueue.jobs`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from concurrent.futures import Executor
+from typing import Any, Callable, Iterable, Sequence
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
+
+from zkqueue.engine.queue import DistributedQueue
+from zkqueue.errors import ConfigurationError, QueueClosedError, QueueNotStartedError, QueueStateError
+from zkqueue.engine.leases import held_items
+from zkqueue.formats import naming
+from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
+from zkqueue.jobs import names, store
+from zkqueue.jobs.claims import JobClaims
+from zkqueue.jobs.model import Job, JobState, Record, now_ms
+from zkqueue.jobs.outcomes import JobOutcomes
+from zkqueue.jobs.reaper import Keep, Reaper, reap
+from zkqueue.jobs.retry import RetryPolicy
+from zkqueue.jobs.scope import TakeScope
+from zkqueue.jobs.worker import JobWorker
+from zkqueue.transport import protocol
+
+log = logging.getLogger("zkqueue.jobs.queue")
+
+
+class JobQueue:
+    """A job queue at ``path``. ``with JobQueue(client, "/jobs/mail") as jq: jq.add(...)``.
+
+    ``serializer`` turns params and results into bytes (JSON by default). ``retry`` decides attempts and
+    backoff. ``keep_completed`` / ``keep_dead`` bound the finished records (:class:`~zkqueue.jobs.reaper.Keep`),
+    checked every ``reap_interval`` seconds. ``acl`` is the ACL of every node the queue creates.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        *,
+        retry: RetryPolicy | None = None,
+        serializer: Any = None,
+        keep_completed: Keep | None = None,
+        keep_dead: Keep | None = None,
+        reap_interval: float = 60.0,
+        acl: Sequence[Any] | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        if client is None:
+            raise ConfigurationError("client is required")
+        self._client = client
+        self.paths = store.Paths(naming.validate_queue_path(path))
+        if self.paths.root == "/":
+            raise ConfigurationError("the job queue path cannot be the root '/'")
+        self.retry = retry or RetryPolicy()
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigurationError(f"retry must be a RetryPolicy, got {self.retry!r}")
+        self._serializer = serializer or JsonSerializer()
+        self._acl = list(acl) if acl is not None else None
+        self._keep_completed = keep_completed or Keep()
+        self._keep_dead = keep_dead or Keep(count=10_000, age=None)
+        self._reap_interval = float(reap_interval)
+        self._batch_size = batch_size
+        self._claims = JobClaims(client, self.paths, self.retry, self._acl)
+        self._outcomes = JobOutcomes(self.paths, self._serializer, self.retry, self._acl)
+        self._engine: DistributedQueue[Any] = self._engine_queue(None, None)  # adds, pulls, commits
+        self._workers: list[JobWorker] = []
+        self._reaper: Reaper | None = None
+        self._lock = threading.Lock()
+
+    def _engine_queue(self, consumer: Any, executor: Executor | None) -> DistributedQueue[Any]:
+        options: dict[str, Any] = {}
+        if self._batch_size is not None:
+            options["batch_size"] = self._batch_size
+        queue = _JobItems(
+            self._client, consumer, BytesSerializer(), self.paths.queue, lock_path=self.paths.locks,
+            executor=executor, put_in_background=False, final_flush_time=0.0, acl=self._acl,
+            claim_hook=self._claims, **options,
+        )
+        return queue
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        for path in self.paths.all():
+            self._client.ensure_path(path, acl=self._acl)
+        self._engine.start()
+        self._reaper = Reaper(self._client, [(self.paths.completed, self._keep_completed),
+                                             (self.paths.dead, self._keep_dead)],
+                              self._reap_interval, f"zkqueue-reaper-{self.paths.root}")
+        self._reaper.start()
+
+    def close(self) -> None:
+        """Stop every worker (running jobs finish first), then the queue. Idempotent."""
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.stop()
+        if self._reaper is not None:
+            self._reaper.stop()
+        self._engine.close()
+
+    def __enter__(self) -> JobQueue:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def _check_started(self) -> None:
+        if not self._engine.is_started:
+            if self._engine.is_closed:
+                raise QueueClosedError(f"job queue {self.paths.root} is closed")
+            raise QueueNotStartedError(f"job queue {self.paths.root} is not started; call start() first")
+
+    # ------------------------------------------------------------------------------------------ adding
+    def add(self, params: Any, job_id: str | None = None, *, delay: float | None = None,
+            priority: int = 0) -> str | None:
+        """Queue a job; return its id, or None if a job with that id is queued, active or retrying (that job is
+        left as it is). ``delay``: seconds before it may run; ``priority``: lower runs first among due jobs."""
+        job_id = uuid.uuid4().hex if job_id is None else job_id
+        rejected = self._add([(job_id, params)], delay=delay, priority=priority)
+        return None if rejected else job_id
+
+    def add_all(self, jobs: Iterable[tuple[str, Any]], *, delay: float | None = None,
+                priority: int = 0) -> list[str]:
+        """Queue ``(job_id, params)`` pairs in as few multis as possible; return the ids rejected as duplicates
+        (of an unfinished job, or given twice here)."""
+        return self._add(list(jobs), delay=delay, priority=priority)
+
+    def _add(self, jobs: list[tuple[str, Any]], *, delay: float | None, priority: int) -> list[str]:
+        self._check_started()
+        due = store.due_at(delay)
+        records: list[Record] = []
+        rejected: list[str] = []
+        seen: set[str] = set()
+        for job_id, params in jobs:
+            names.node_id(job_id)  # checks the id
+            if job_id in seen:
+                rejected.append(job_id)
+                continue
+            seen.add(job_id)
+            data = self._serializer.serialize(params)
+            records.append(Record(id=job_id, state=JobState.QUEUED, params=bytes(data), priority=priority,
+                                  due_ms=due))
+        naming.encode_priority(priority)  # checks the priority
+        for attempt in range(2):
+            if not records:
+                break
+            stale = self._finished_records([r.id for r in records])
+            groups = [store.add_ops(self.paths, r, stale.get(r.id, []), self._acl) for r in records]
+            again: list[Record] = []
+            for record, group, res in zip(records, groups, self._engine.commit_groups(groups)):
+                if res.ok:
+                    continue
+                if isinstance(res.error, NodeExistsError) and res.op == 0:
+                    rejected.append(record.id)  # an unfinished job holds the id
+                elif attempt == 0 and res.op is not None and 0 < res.op < len(group) - 1 and isinstance(
+                        res.error, (NoNodeError, BadVersionError)):
+                    again.append(record)  # an earlier run's finished record changed meanwhile: look again
+                else:
+                    raise QueueStateError(f"adding job {record.id!r} to {self.paths.root} failed: {res.error!r}")
+            records = again
+        rejected.extend(r.id for r in records)
+        return rejected
+
+    def _finished_records(self, job_ids: list[str]) -> dict[str, list[tuple[str, int]]]:
+        """The completed/dead records of earlier runs of ``job_ids``, with their versions."""
+        paths = [(job_id, self.paths.finished(job_id, state))
+                 for job_id in job_ids for state in (JobState.COMPLETED, JobState.DEAD)]
+        out: dict[str, list[tuple[str, int]]] = {}
+        for (job_id, path), res in zip(paths, protocol.multi_read(self._client, [p for _j, p in paths])):
+            if not isinstance(res, BaseException):
+                out.setdefault(job_id, []).append((path, res[1].version))
+        return out
+
+    # ------------------------------------------------------------------------------------------ consuming
+    def take(self, max_jobs: int = 1, timeout: float | None = None) -> TakeScope:
+        """A scope holding up to ``max_jobs`` jobs (blocks until at least one, or [] after ``timeout``): a clean
+        exit completes them all, an exception fails them all; ``job.complete(result)`` / ``job.fail(exc)``
+        decide one job."""
+        self._check_started()
+        return TakeScope(self._engine, self._claims, self._outcomes, max_jobs, timeout)
+
+    def work(self, handler: Callable[[Job], Any], concurrency: int = 1) -> JobWorker:
+        """Run ``handler(job)`` for jobs on ``concurrency`` threads until :meth:`JobWorker.stop` or close(): its
+        return value is stored as the result; an exception retries the job or sends it to the dead letters."""
+        self._check_started()
+        if not callable(handler):
+            raise ConfigurationError(f"handler must be callable, got {handler!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        worker = JobWorker(self._engine_queue, handler, self._claims, self._outcomes, concurrency)
+        with self._lock:
+            self._workers.append(worker)
+        return worker
+
+    # ------------------------------------------------------------------------------------------ looking
+    def get(self, job_id: str) -> Job | None:
+        """The job with ``job_id`` (queued, active, retrying, completed or dead), or None if unknown."""
+        paths = [self.paths.record(job_id), self.paths.finished(job_id, JobState.COMPLETED),
+                 self.paths.finished(job_id, JobState.DEAD)]
+        for res in protocol.multi_read(self._client, paths):
+            if not isinstance(res, BaseException):
+                return self._outcomes.job(Record.decode(res[0]))
+        return None
+
+    def counts(self) -> dict[str, int]:
+        """Jobs by state: queued (waiting, incl. delayed first runs), active (held by a worker), retrying
+        (waiting for a next attempt), dead and completed. Two listings and two stats; no record is read."""
+        items = [n for n in self._client.get_children(self.paths.queue) if names.parse_item(n) is not None]
+        held = held_items(items, self._client.get_children(self.paths.locks), self.paths.queue)
+        counts = {"queued": 0, "active": len(held), "retrying": 0}
+        for name in items:
+            if name not in held:
+                counts["retrying" if names.parse_item(name).kind == names.RETRY else "queued"] += 1  # type: ignore[union-attr]
+        for key, parent in (("dead", self.paths.dead), ("completed", self.paths.completed)):
+            stat = self._client.exists(parent)
+            counts[key] = stat.numChildren if stat else 0
+        return counts
+
+    def dead_letters(self, limit: int | None = None) -> list[Job]:
+        """The dead jobs, the most recently dead first."""
+        return self._finished_jobs(self.paths.dead, limit)
+
+    def completed(self, limit: int | None = None) -> list[Job]:
+        """The completed jobs still kept, the most recent first."""
+        return self._finished_jobs(self.paths.completed, limit)
+
+    def _finished_jobs(self, parent: str, limit: int | None) -> list[Job]:
+        children = self._client.get_children(parent)
+        reads = protocol.multi_read(self._client, [naming.join(parent, n) for n in children])
+        records = [Record.decode(r[0]) for r in reads if not isinstance(r, BaseException)]
+        records.sort(key=lambda r: r.updated_ms, reverse=True)
+        return [self._outcomes.job(r) for r in records[:limit]]
+
+    # ------------------------------------------------------------------------------------------ dead letters
+    def retry_dead(self, job_ids: Sequence[str] | None = None) -> int:
+        """Queue dead jobs again (all, or ``job_ids``) as fresh runs; return how many were."""
+        self._check_started()
+        ids = self._dead_ids(job_ids)
+        paths = [self.paths.finished(i, JobState.DEAD) for i in ids]
+        groups = []
+        for res in protocol.multi_read(self._client, paths):
+            if not isinstance(res, BaseException):
+                groups.append(store.redrive_ops(self.paths, Record.decode(res[0]), res[1].version, self._acl))
+        return sum(1 for res in self._engine.commit_groups(groups) if res.ok) if groups else 0
+
+    def purge_dead(self, job_ids: Sequence[str] | None = None) -> int:
+        """Delete dead jobs (all, or ``job_ids``); return how many were."""
+        self._check_started()
+        groups = [[protocol.DeleteOp(self.paths.finished(i, JobState.DEAD))] for i in self._dead_ids(job_ids)]
+        return sum(1 for res in self._engine.commit_groups(groups) if res.ok) if groups else 0
+
+    def _dead_ids(self, job_ids: Sequence[str] | None) -> list[str]:
+        if job_ids is not None:
+            return list(job_ids)
+        return [names.job_id_of(n) for n in self._client.get_children(self.paths.dead)]
+
+    def reap(self) -> int:
+        """Apply ``keep_completed`` and ``keep_dead`` now (the reaper also does every ``reap_interval``)."""
+        return (reap(self._client, self.paths.completed, self._keep_completed)
+                + reap(self._client, self.paths.dead, self._keep_dead))
+
+    def __repr__(self) -> str:
+        return f"JobQueue(path={self.paths.root!r}, retry={self.retry!r})"
+
+
+class _JobItems(DistributedQueue):  # type: ignore[type-arg]
+    """The engine queue of a job queue: job item names, ordered by due time and priority."""
+
+    def get_delay(self, item_node: str) -> float:
+        item = names.parse_item(item_node)
+        return 0.0 if item is None else (item.due_ms - now_ms()) / 1000.0
+
+    def sort_children(self, names_: list[str]) -> list[str]:
+        return sorted(names_, key=names.sort_key)

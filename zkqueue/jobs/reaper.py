@@ -1,0 +1,89 @@
+"""Keeping finished records in bounds: at most ``count`` completed (or dead) records, none older than ``age``
+seconds. The reaper wakes every ``interval`` seconds and only lists a tree when its child count says it is over
+the count, or when an age bound is set; it deletes the oldest first, in batched multis."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from zkqueue.engine.commit import delete_op
+from zkqueue.errors import ConfigurationError
+from zkqueue.jobs.model import now_ms
+from zkqueue.transport import protocol
+
+log = logging.getLogger("zkqueue.jobs.reaper")
+
+
+@dataclass(frozen=True)
+class Keep:
+    """How many finished records to keep, and for how long (None: no bound)."""
+
+    count: int | None = 10_000
+    age: float | None = 7 * 24 * 3600.0
+
+    def __post_init__(self) -> None:
+        if self.count is not None and (isinstance(self.count, bool) or not isinstance(self.count, int)
+                                       or self.count < 0):
+            raise ConfigurationError(f"Keep.count must be None or an int >= 0, got {self.count!r}")
+        if self.age is not None and (isinstance(self.age, bool) or not isinstance(self.age, (int, float))
+                                     or self.age < 0):
+            raise ConfigurationError(f"Keep.age must be None or seconds >= 0, got {self.age!r}")
+
+
+def reap(client: Any, parent: str, keep: Keep) -> int:
+    """Delete the records under ``parent`` beyond ``keep``; return how many were deleted."""
+    stat = client.exists(parent)
+    if stat is None or stat.numChildren == 0:
+        return 0
+    if keep.age is None and (keep.count is None or stat.numChildren <= keep.count):
+        return 0
+    names = client.get_children(parent)
+    paths = [f"{parent}/{n}" for n in names]
+    stats = protocol.multi_read(client, paths)
+    aged = sorted((res[1].mtime, path, res[1].version) for path, res in zip(paths, stats)
+                  if not isinstance(res, BaseException))
+    doomed: list[tuple[str, int]] = []
+    if keep.age is not None:
+        cutoff = now_ms() - int(keep.age * 1000)
+        doomed = [(path, version) for mtime, path, version in aged if mtime < cutoff]
+    if keep.count is not None and len(aged) - len(doomed) > keep.count:
+        kept = [(path, version) for mtime, path, version in aged[len(doomed):]]
+        doomed += kept[: len(kept) - keep.count]
+    deleted = 0
+    for start in range(0, len(doomed), 500):
+        chunk = doomed[start : start + 500]
+        replies = [protocol.send_multi(client, [delete_op(path, version)]) for path, version in chunk]
+        deleted += sum(1 for r in replies if r.result().ok)  # a record redriven or re-added meanwhile stays
+    if deleted:
+        log.info("reaped %d finished record(s) under %s", deleted, parent)
+    return deleted
+
+
+class Reaper:
+    """Runs :func:`reap` over ``(parent, keep)`` pairs every ``interval`` seconds on a daemon thread."""
+
+    def __init__(self, client: Any, targets: list[tuple[str, Keep]], interval: float, name: str) -> None:
+        self._client = client
+        self._targets = targets
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            for parent, keep in self._targets:
+                try:
+                    reap(self._client, parent, keep)
+                except Exception:  # never dies; tried again next interval
+                    log.warning("reaping %s failed (tried again in %.0fs)", parent, self._interval, exc_info=True)

@@ -1,0 +1,113 @@
+"""Where a job queue keeps things, and the ops that move a job between them.
+
+``<path>/queue`` holds the queue items (engine nodes, named by :mod:`zkqueue.jobs.names`), ``<path>/locks`` the
+engine's leases, ``<path>/records/<id>`` the record of every unfinished job (queued, active or waiting for a
+retry: its existence is what makes ids distinct), and ``<path>/completed/<id>`` and ``<path>/dead/<id>`` the
+records of finished jobs. Records are never children of the queue node, so 100k finished jobs do not slow the
+queue down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zkqueue.engine.commit import create_op, delete_op
+from zkqueue.engine.seams import Completion
+from zkqueue.formats import framing, naming
+from zkqueue.jobs import names
+from zkqueue.jobs.model import JobState, Record, now_ms
+from zkqueue.transport import protocol
+
+#: The data of a queue item: the job lives in its record, the item only holds its place in the queue.
+ITEM_DATA = framing.encode_items([b""])
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: str
+
+    @property
+    def queue(self) -> str:
+        return naming.join(self.root, "queue")
+
+    @property
+    def locks(self) -> str:
+        return naming.join(self.root, "locks")
+
+    @property
+    def records(self) -> str:
+        return naming.join(self.root, "records")
+
+    @property
+    def completed(self) -> str:
+        return naming.join(self.root, "completed")
+
+    @property
+    def dead(self) -> str:
+        return naming.join(self.root, "dead")
+
+    def all(self) -> tuple[str, ...]:
+        return (self.queue, self.locks, self.records, self.completed, self.dead)
+
+    def record(self, job_id: str) -> str:
+        return naming.join(self.records, names.node_id(job_id))
+
+    def finished(self, job_id: str, state: JobState) -> str:
+        parent = self.completed if state is JobState.COMPLETED else self.dead
+        return naming.join(parent, names.node_id(job_id))
+
+    def item_prefix(self, record: Record, kind: str) -> str:
+        return names.item_prefix(self.queue, record.id, due_ms=record.due_ms, priority=record.priority, kind=kind)
+
+
+def add_ops(paths: Paths, record: Record, stale: list[tuple[str, int]], acl: Any) -> list[Any]:
+    """Ops that add a job: its record (fails if the id is unfinished), the finished records of an earlier run
+    deleted (version-checked), and its queue item."""
+    return [
+        create_op(paths.record(record.id), record.encode(), acl=acl),
+        *(delete_op(path, version) for path, version in stale),
+        create_op(paths.item_prefix(record, names.NEW), ITEM_DATA, sequence=True, acl=acl),
+    ]
+
+
+def claim_ops(paths: Paths, record: Record, version: int) -> tuple[Record, list[Any]]:
+    """The claim of a job: its record ACTIVE with one more attempt (version-checked)."""
+    active = record.moved(JobState.ACTIVE, attempts=record.attempts + 1)
+    return active, [protocol.SetDataOp(paths.record(record.id), active.encode(), version)]
+
+
+def finish(paths: Paths, record: Record, version: int, state: JobState, acl: Any, **changes: Any) -> Completion:
+    """Ack the item; the record moves from ``records/`` to ``completed/`` or ``dead/``, in the same multi."""
+    final = record.moved(state, **changes)
+    return Completion.ack(extra_ops=[
+        delete_op(paths.record(record.id), version),
+        create_op(paths.finished(record.id, state), final.encode(), acl=acl),
+    ])
+
+
+def retry(paths: Paths, record: Record, version: int, due_ms: int, errors: tuple[Any, ...]) -> Completion:
+    """Requeue the item due at ``due_ms``; the record RETRYING with the error, in the same multi."""
+    waiting = record.moved(JobState.RETRYING, errors=errors, due_ms=due_ms)
+    return Completion.requeue(
+        prefix=paths.item_prefix(waiting, names.RETRY), data=ITEM_DATA,
+        extra_ops=[protocol.SetDataOp(paths.record(record.id), waiting.encode(), version)],
+    )
+
+
+def redrive_ops(paths: Paths, dead: Record, version: int, acl: Any) -> list[Any]:
+    """Ops that bring a dead job back: a fresh run (attempts from 0, errors kept) queued now."""
+    fresh = dead.moved(JobState.QUEUED, attempts=0, due_ms=0, result=None)
+    return [
+        delete_op(paths.finished(dead.id, JobState.DEAD), version),
+        create_op(paths.record(dead.id), fresh.encode(), acl=acl),
+        create_op(paths.item_prefix(fresh, names.NEW), ITEM_DATA, sequence=True, acl=acl),
+    ]
+
+
+def due_at(delay: float | None) -> int:
+    """A due time ``delay`` seconds from now (0: due at once, ordered before every delayed job)."""
+    return 0 if not delay or delay <= 0 else now_ms() + int(delay * 1000)
+
+
+__all__ = ["ITEM_DATA", "Paths", "add_ops", "claim_ops", "due_at", "finish", "redrive_ops", "retry"]
