@@ -104,3 +104,32 @@ def test_demo_runs_and_loses_nothing() -> None:
     assert "lost" in out.stdout
     lost_line = next(line for line in out.stdout.splitlines() if "│ lost" in line)
     assert lost_line.split("│")[2].strip() == "0"
+
+
+def test_jobs_commands(zk_hosts: str) -> None:
+    path = "/jobs/cli"
+    added = run("jobs", "add", "--connect", zk_hosts, path, '{"to": "a@b"}', "--id", "mail-1")
+    assert added.returncode == 0 and added.stdout.strip() == "mail-1", added.stderr
+    again = run("jobs", "add", "--connect", zk_hosts, path, "{}", "--id", "mail-1")
+    assert again.returncode == 1 and "already queued" in again.stderr
+    got = run("jobs", "get", "--connect", zk_hosts, path, "mail-1")
+    assert got.returncode == 0 and '"state": "QUEUED"' in got.stdout and '"to": "a@b"' in got.stdout
+    assert run("jobs", "get", "--connect", zk_hosts, path, "nope").returncode == 1
+    counts = run("jobs", "counts", "--connect", zk_hosts, path)
+    assert "queued     1" in counts.stdout and "dead       0" in counts.stdout
+
+    from zkqueue.jobs import JobQueue, RetryPolicy  # noqa: PLC0415
+
+    client = make_client(zk_hosts)
+    try:
+        with JobQueue(client, path, retry=RetryPolicy(max_attempts=1)) as jq, jq.work(lambda job: 1 / 0):
+            wait_for(lambda: jq.counts()["dead"] == 1)
+    finally:
+        client.stop()
+        client.close()
+    dead = run("jobs", "dead", "--connect", zk_hosts, path)
+    assert dead.stdout.startswith("mail-1\tattempts=1\tZeroDivisionError"), dead.stdout
+    assert run("jobs", "retry-dead", "--connect", zk_hosts, path).returncode == 2  # ids or --all
+    assert run("jobs", "retry-dead", "--connect", zk_hosts, path, "--all").stdout.strip() == "requeued 1"
+    assert "queued     1" in run("jobs", "counts", "--connect", zk_hosts, path).stdout
+    assert run("jobs", "purge-dead", "--connect", zk_hosts, path, "mail-1").stdout.strip() == "purged 0"

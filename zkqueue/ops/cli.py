@@ -1,4 +1,4 @@
-"""The ``zkqueue`` command: run an embedded ZooKeeper, put, consume, inspect, and a demo."""
+"""The ``zkqueue`` command: run an embedded ZooKeeper, put, consume, inspect, job queues, and a demo."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def server(nodes: int, base_port: int | None, data_dir: str | None) -> None:
     click.echo("stopped", err=True)
 
 
-def _client(connect: str, auth: str | None = None, acl: str | None = None) -> Any:
+def client_for(connect: str, auth: str | None = None, acl: str | None = None) -> Any:
     from zkqueue.transport.security import client_kwargs, parse_acl  # noqa: PLC0415 - keeps `zkqueue server` light
     from zkqueue.server.testing import make_client  # noqa: PLC0415
 
@@ -96,7 +96,7 @@ def put(connect: str, auth: str | None, acl: str | None, path: str, items: tuple
     """Put ITEMS (UTF-8 strings) into the queue at PATH."""
     from zkqueue import QueueBuilder, StrSerializer  # noqa: PLC0415
 
-    client = _client(connect, auth, acl)
+    client = client_for(connect, auth, acl)
     try:
         with QueueBuilder.builder(client, None, StrSerializer(), path).put_in_background(False).build_queue() as q:
             if multi:
@@ -149,7 +149,7 @@ def consume(
 
     if count is not None and lock_path is None:
         lock_path = path + "-locks"
-    client = _client(connect, auth, acl)
+    client = client_for(connect, auth, acl)
     queue = None
     try:
         builder = QueueBuilder.builder(client, on_item, StrSerializer(), path)
@@ -186,7 +186,7 @@ def stats(
     """Show how many items are pending, locked and quarantined."""
     from zkqueue.ops.inspect import queue_counts  # noqa: PLC0415
 
-    client = _client(connect, auth, acl)
+    client = client_for(connect, auth, acl)
     try:
         counts = queue_counts(client, path, lock_path=lock_path, quarantine_path=quarantine_path)
     except ZkQueueError as exc:
@@ -236,6 +236,14 @@ def bench(args: tuple[str, ...]) -> None:
         ) from exc
     sys.exit(runner.main(list(args)))
 
+
+def _register_jobs() -> None:
+    from zkqueue.ops.jobs_cli import register  # noqa: PLC0415
+
+    register(main, _connect_option)
+
+
+_register_jobs()
 
 if __name__ == "__main__":  # pragma: no cover
     main()
