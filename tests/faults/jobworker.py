@@ -1,0 +1,47 @@
+"""A job worker process of the fault suite: ``python jobworker.py <json config>``.
+
+It runs ``JobQueue.work`` and journals (JSON lines, as faultworker.py) ``deliver`` for every job its handler runs
+(with the job id and attempt), ``lost`` when its session ends, ``ready`` and ``done``. The handler returns the
+job's params doubled, which the checker finds in the completed records.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+
+from faultworker import Journal, _client  # type: ignore[import-not-found]
+
+from zkqueue.jobs import JobQueue, RetryPolicy
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    journal = Journal(cfg["journal"])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    client = _client(cfg, journal, stop)
+    jq = JobQueue(client, cfg["path"], retry=RetryPolicy(max_attempts=cfg["max_attempts"], backoff=0.1, jitter=False))
+    jq.start()
+
+    def handler(job):  # noqa: ANN001, ANN202
+        journal.write("deliver", id=job.id, attempt=job.attempts, sid=client.client_id[0] if client.client_id else 0)
+        time.sleep(cfg.get("work_seconds", 0.002))
+        return job.params * 2
+
+    worker = jq.work(handler, concurrency=cfg.get("concurrency", 2))
+    journal.write("ready")
+    while not stop.wait(0.1):
+        pass
+    worker.stop()
+    jq.close()
+    journal.write("done")
+    client.stop()
+    client.close()
+
+
+if __name__ == "__main__":
+    main()
