@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo check-java venv clean
+.PHONY: test demo check-java check-redis venv clean
 
 check-java:
 	@$(PYTHON) -m zkqueue.server.check_java
@@ -12,12 +12,17 @@ check-java:
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-test: check-java $(STAMP)
+# The jobs benchmark's peers (RQ, Celery) need a local redis-server; install it on a fresh root machine with apt.
+check-redis:
+	@command -v redis-server >/dev/null || (command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -q redis-server >/dev/null || (apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null))) || true
+
+test: check-java check-redis $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: check-java $(STAMP)

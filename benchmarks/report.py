@@ -119,6 +119,32 @@ def table(report: dict[str, Any]) -> Table:
     return t
 
 
+def jobs_table(report: dict[str, Any]) -> Table | None:
+    """The jobs workload: zkqueue against RQ and Celery (one worker process, results stored)."""
+    jobs = report.get("jobs") or {}
+    if jobs.get("status") != "ok":
+        return None
+    t = Table(title=f"jobs: add {jobs['count']} jobs, one worker process stores each result (jobs/s, median of "
+                    f"{jobs['repeats']})")
+    for col in ("zkqueue", "RQ", "Celery", "zkqueue / RQ", "zkqueue / Celery", "target", "pass"):
+        t.add_column(col, justify="right")
+    cells = []
+    for name in ("zkqueue", "rq", "celery"):
+        rates = [r["rate"] for r in jobs["runs"].get(name, [])]
+        if name in jobs.get("na", {}):
+            cells.append("n/a")
+        elif rates:
+            med = sorted(rates)[len(rates) // 2]
+            spread = (max(rates) - min(rates)) / 2 / med * 100 if med else 0
+            cells.append(_fmt_rate(med) + (f" ±{spread:.0f}%" if len(rates) > 1 else ""))
+        else:
+            cells.append("-")
+    ratios = [f"{jobs['ratios'][n]:.1f}x" if n in jobs.get("ratios", {}) else "-" for n in ("rq", "celery")]
+    verdict = "[green]pass[/]" if jobs.get("pass") else ("[red]MISS[/]" if len(jobs.get("ratios", {})) == 2 else "-")
+    t.add_row(*cells, *ratios, jobs.get("target", ""), verdict)
+    return t
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The table as GitHub markdown (for the README)."""
     head = ["workload", *[IMPL_LABELS.get(i, i) for i in report["impls"]], "zkqueue / Curator", "target", "pass"]
@@ -142,6 +168,8 @@ def write_json(report: dict[str, Any], directory: Path, stamp: str) -> Path:
 
 def write_png(report: dict[str, Any], path: Path) -> Path | None:
     """Bars of items/s per workload and implementation (log scale), and latency p50/p99."""
+    if not any((w.get("impls") or {}) for w in report.get("workloads", [])):
+        return None  # nothing measured to draw (e.g. --only jobs)
     try:
         import matplotlib  # noqa: PLC0415
 
@@ -205,4 +233,10 @@ def write_png(report: dict[str, Any], path: Path) -> Path | None:
 
 
 def print_table(report: dict[str, Any], console: Console | None = None) -> None:
-    (console or Console()).print(table(report))
+    console = console or Console()
+    console.print(table(report))
+    jobs = jobs_table(report)
+    if jobs is not None:
+        console.print(jobs)
+    elif (report.get("jobs") or {}).get("reason"):
+        console.print(f"jobs workload: n/a ({report['jobs']['reason']})")

@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", help="comma-separated workload names (see --list)")
     p.add_argument("--impls", default="zkqueue,curator,kazoo", help="comma-separated implementations")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark rows")
+    p.add_argument("--no-jobs", action="store_true", help="skip the jobs workload (zkqueue against RQ and Celery)")
+    p.add_argument("--jobs-count", type=int, help="jobs per run of the jobs workload (default 2000; quick 200)")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round (default in --quick)")
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:16} {w.label}  [{', '.join(w.impls)}]  target {w.target.text}")
         return 0
     if args.only:
-        wanted = {x.strip() for x in args.only.split(",")}
+        wanted = {x.strip() for x in args.only.split(",")} - {"jobs"}
         unknown = wanted - {w.name for w in plan}
         if unknown:
             raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))} (see --list)")
@@ -140,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         for w in plan
     }
     spark_rows: list[dict[str, Any]] = []
+    jobs: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    jobs_on = not args.no_jobs and (not args.only or "jobs" in {x.strip() for x in args.only.split(",")})
     ctx: dict[str, Any] = {"seq": 0, "latency_rate": s.latency_rate}
     with ensemble(args, max(s.deep_counts, default=0)) as connect:
         describe = machine.describe(servers=None if args.connect else args.servers, force_sync=args.force_sync,
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console, transient=False) as progress:
-                task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0))
+                task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0) + (1 if jobs_on else 0))
                 if not args.no_warmup:
                     progress.update(task, description="warming up the servers and the JVM")
                     _warm_up(client, root, impls, s)
@@ -183,6 +187,13 @@ def main(argv: list[str] | None = None) -> int:
                         entry.setdefault("errors", []).append(repr(exc)[:500])
                         entry["error"] = True
                         log.debug("%s", traceback.format_exc())
+                    progress.advance(task)
+                if jobs_on:
+                    progress.update(task, description="jobs: zkqueue, RQ, Celery")
+                    from benchmarks.jobs_peers import run_section  # noqa: PLC0415
+
+                    jobs = run_section(connect, args.jobs_count or (200 if args.quick else 2000), repeats,
+                                       s.max_seconds * 3)
                     progress.advance(task)
                 if spark_on:
                     progress.update(task, description="spark probe")
@@ -219,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "impls": impl_names,
         "workloads": list(results.values()),
         "spark": spark_rows,
+        "jobs": jobs,
         "notes": [
             "Throughput runs are capped at max_seconds; a '(partial)' implementation reports the rate it reached.",
             "put_bg uses 2x count items and put_multi 10x count items (100 per znode).",
