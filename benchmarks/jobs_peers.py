@@ -260,6 +260,17 @@ class _Worker:
         self._stderr.close()
 
 
+def _ready_worker(label: str, argv: list[str]) -> tuple[_Worker, float]:
+    """Start a worker process and wait until it reports READY; (the worker, seconds it took)."""
+    t_spawn = time.monotonic()
+    worker = _Worker(argv)
+    if worker.expect("READY", 60.0) is None:
+        tail = worker.stderr_tail()
+        worker.close()
+        raise RuntimeError(f"{label} worker not ready in 60 s: {tail}")
+    return worker, time.monotonic() - t_spawn
+
+
 def _params(i: int) -> dict[str, Any]:
     return {"n": i, "pad": "x" * 80}
 
@@ -317,12 +328,8 @@ def run_rq(count: int, redis_url: str, max_seconds: float) -> dict[str, Any]:
     qname = f"zkqueue-bench-{uuid.uuid4().hex[:8]}"
     conn = Redis.from_url(redis_url)
     q = Queue(qname, connection=conn)
-    t_spawn = time.monotonic()
-    worker = _Worker(["rq", "--redis-url", redis_url, "--queue", qname])
+    worker, worker_start = _ready_worker("RQ", ["rq", "--redis-url", redis_url, "--queue", qname])
     try:
-        if worker.expect("READY", 60.0) is None:
-            raise RuntimeError(f"RQ worker not ready in 60 s: {worker.stderr_tail()}")
-        worker_start = time.monotonic() - t_spawn
         conn.ping()  # connected outside timing
         t0 = time.time()
         jobs = q.enqueue_many([Queue.prepare_data(RQ_FUNC, args=(_params(i),)) for i in range(count)])
@@ -480,12 +487,8 @@ def run_zkqueue(count: int, hosts: str, max_seconds: float) -> dict[str, Any]:
     client.start(timeout=30)
     jq = JobQueue(client, path)
     jq.start()
-    t_spawn = time.monotonic()
-    worker = _Worker(["zkqueue", "--hosts", hosts, "--queue", path])
+    worker, worker_start = _ready_worker("zkqueue", ["zkqueue", "--hosts", hosts, "--queue", path])
     try:
-        if worker.expect("READY", 60.0) is None:
-            raise RuntimeError(f"zkqueue worker not ready in 60 s: {worker.stderr_tail()}")
-        worker_start = time.monotonic() - t_spawn
         t0 = time.time()
         rejected = jq.add_all((f"j{i}", _params(i)) for i in range(count))
         t_enqueued = time.time()

@@ -107,26 +107,17 @@ def register(main: click.Group, connect_option: Any) -> None:
         for job in letters:
             click.echo(f"{job.id}\tattempts={job.attempts}\t{job.last_error or ''}")
 
-    @jobs.command("retry-dead")
-    @connect_option
-    @click.argument("path")
-    @click.argument("job_ids", nargs=-1)
-    @click.option("--all", "every", is_flag=True, help="Every dead job.")
-    def retry_dead(connect: str, auth: str | None, acl: str | None, path: str, job_ids: tuple[str, ...],
-                   every: bool) -> None:
-        """Queue dead jobs again as fresh runs."""
-        ids = _ids(job_ids, every)
-        with _job_queue(connect, auth, acl, path) as jq:
-            click.echo(f"requeued {jq.retry_dead(ids)}")
+    def dead_command(name: str, doc: str, verb: str, action: str) -> None:
+        @jobs.command(name, help=doc)
+        @connect_option
+        @click.argument("path")
+        @click.argument("job_ids", nargs=-1)
+        @click.option("--all", "every", is_flag=True, help="Every dead job.")
+        def command(connect: str, auth: str | None, acl: str | None, path: str, job_ids: tuple[str, ...],
+                    every: bool) -> None:
+            ids = _ids(job_ids, every)
+            with _job_queue(connect, auth, acl, path) as jq:
+                click.echo(f"{verb} {getattr(jq, action)(ids)}")
 
-    @jobs.command("purge-dead")
-    @connect_option
-    @click.argument("path")
-    @click.argument("job_ids", nargs=-1)
-    @click.option("--all", "every", is_flag=True, help="Every dead job.")
-    def purge_dead(connect: str, auth: str | None, acl: str | None, path: str, job_ids: tuple[str, ...],
-                   every: bool) -> None:
-        """Delete dead jobs."""
-        ids = _ids(job_ids, every)
-        with _job_queue(connect, auth, acl, path) as jq:
-            click.echo(f"purged {jq.purge_dead(ids)}")
+    dead_command("retry-dead", "Queue dead jobs again as fresh runs.", "requeued", "retry_dead")
+    dead_command("purge-dead", "Delete dead jobs.", "purged", "purge_dead")
