@@ -366,3 +366,48 @@ def test_a_slow_consumer_holds_only_about_half_a_second_of_work(zk_client) -> No
     later = held_while_consuming[first_step:]
     assert later and max(later) <= 5, held_while_consuming
     assert got == [f"item-{i}" for i in range(30)]
+
+
+def test_a_lost_claim_reply_checked_over_a_flapping_connection_holds_nothing(zk_client, monkeypatch) -> None:
+    """An item claim commits but its reply is lost, and the first check of its fences meets a lost connection too.
+    No answer is not "not committed": the claim is checked again, found committed, and the items are consumed
+    (before the fix they stayed locked by this live session for good)."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from zkqueue.transport import protocol
+
+    real_send, real_get_many = protocol.send_multi, protocol.get_many
+    state = {"claims": 0, "checks": 0}
+
+    class LostReply:
+        def __init__(self, pending) -> None:
+            self.pending = pending
+
+        def result(self, timeout=None):
+            self.pending.result(timeout)
+            raise ConnectionLoss()
+
+    def send_multi(client, ops, **kwargs):
+        ops = list(ops)
+        pending = real_send(client, ops, **kwargs)
+        claims_items = any(isinstance(op, protocol.CreateOp) and "/lock-" in op.path for op in ops)
+        if claims_items and not state["claims"]:
+            state["claims"] += 1
+            return LostReply(pending)
+        return pending
+
+    def get_many(client, paths, **kwargs):
+        paths = list(paths)
+        if any("/lock-" in p for p in paths) and not state["checks"]:
+            state["checks"] += 1
+            return [ConnectionLoss() for _ in paths]
+        return real_get_many(client, paths, **kwargs)
+
+    monkeypatch.setattr(protocol, "send_multi", send_multi)
+    monkeypatch.setattr(protocol, "get_many", get_many)
+    fill(zk_client, ["a", "b", "c"])
+    got: list = []
+    with locked_queue(zk_client, got.append):  # a first step: item leases
+        wait_for(lambda: sorted(got) == ["a", "b", "c"], timeout=15)
+        wait_for(lambda: lock_nodes(zk_client, LPATH) == [])
+    assert state == {"claims": 1, "checks": 1}

@@ -33,7 +33,7 @@ from zkqueue.engine.context import QueueContext
 from zkqueue.engine.leases import Held, Lease, LeaseKind, Leases
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.seams import ClaimedNode, Completion
-from zkqueue.errors import LockLostError
+from zkqueue.errors import LockLostError, QueueStateError
 from zkqueue.formats import framing
 from zkqueue.transport import protocol
 
@@ -299,12 +299,12 @@ class Completer:
         # The op that shows whether we still held the item: an item lease's fence delete, else the item delete.
         if isinstance(err, NoNodeError) and res.op == 0:
             ambiguous = o.ambiguous or res.ambiguous
-            exists = None
             try:
-                exists = self._ctx.client.exists(h.path)
-            except Exception:
-                pass
-            if ambiguous and exists is None:
+                (exists,) = self._leases.exist([h.path])
+            except QueueStateError:  # no definite answer now: decide on a later pass
+                self._defer([o])
+                return False
+            if ambiguous and not exists:
                 return True  # our own earlier attempt committed
             if item_lease:
                 self._lock_lost(o)

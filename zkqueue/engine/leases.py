@@ -371,16 +371,14 @@ class Leases:
                 raise FenceLostError(self._ctx.queue_path) from None
             except CONNECTION_ERRORS as exc:
                 log.warning("taking locks on %s: %r; checking what was committed", self._ctx.queue_path, exc)
-                if not self._ctx.connection.wait(30.0):
-                    raise
-                # All groups that were in one multi share the fate of the first; check each fence cheaply.
-                checks = protocol.get_many(self._ctx.client, [p[3] for p in plans])
+                # Our fence exists exactly when a claim committed (its token is new): ask until we know.
+                committed = self.exist([p[3] for p in plans])
                 candidates = []
-                for (name, _ops, lock, fence, _i), res in zip(plans, checks):
-                    if isinstance(res, BaseException):
-                        candidates.append(name)
-                    else:
+                for (name, _ops, lock, fence, _i), ok in zip(plans, committed):
+                    if ok:
                         out.held.append(self._item_held(name, lock, fence, session_fence))
+                    else:
+                        candidates.append(name)
                 continue
             lock_path_missing: list[str] = []
             unsure = []
@@ -406,15 +404,11 @@ class Leases:
                 # committed lock would be held by nobody who knows it, stalling the item until the session ends.
                 log.warning("%d lock request(s) on %s lost their reply; checking fences", len(unsure),
                             self._ctx.queue_path)
-                if not self._ctx.connection.wait(30.0):
-                    raise QueueStateError(f"lost the connection while claiming items of {self._ctx.queue_path}; "
-                                          "what was claimed goes with the session if it does not come back")
-                checks = protocol.get_many(self._ctx.client, [u[2] for u in unsure])
-                for (name, lock, fence), res in zip(unsure, checks):
-                    if isinstance(res, BaseException):
-                        lock_path_missing.append(name)  # not committed: try it again
-                    else:
+                for (name, lock, fence), ok in zip(unsure, self.exist([u[2] for u in unsure])):
+                    if ok:
                         out.held.append(self._item_held(name, lock, fence, session_fence))
+                    else:
+                        lock_path_missing.append(name)  # not committed: try it again
             if not lock_path_missing:
                 break
             if not unsure:
@@ -422,6 +416,32 @@ class Leases:
                 self._ctx.client.ensure_path(self._lock_path, acl=self._ctx.acl)
             candidates = lock_path_missing
         return out
+
+    def exist(self, paths: list[str]) -> list[bool]:
+        """Whether each of ``paths`` exists, asked until every answer is definite (a lost connection is no answer:
+        taking it for "not there" would leave a committed claim held by nobody who knows it). Raises
+        :class:`QueueStateError` if the connection does not come back, or the session ends first."""
+        answers: list[bool | None] = [None] * len(paths)
+        session = self._ctx.connection.session_id()
+        while any(a is None for a in answers):
+            if not self._ctx.connection.wait(30.0):
+                raise QueueStateError(f"lost the connection while claiming items of {self._ctx.queue_path}; "
+                                      "what was claimed goes with the session if it does not come back")
+            if session is not None and self._ctx.connection.session_id() not in (None, session):
+                raise QueueStateError(f"the session ended while claiming items of {self._ctx.queue_path}")
+            todo = [i for i, a in enumerate(answers) if a is None]
+            try:
+                results = protocol.get_many(self._ctx.client, [paths[i] for i in todo])
+            except CONNECTION_ERRORS:
+                continue
+            for i, res in zip(todo, results):
+                if isinstance(res, NoNodeError):
+                    answers[i] = False
+                elif not isinstance(res, BaseException):
+                    answers[i] = True
+                elif not isinstance(res, CONNECTION_ERRORS):
+                    raise res
+        return [bool(a) for a in answers]
 
     def _item_held(self, name: str, lock: str, fence: str, session_fence: str | None) -> Held:
         lease = Lease(LeaseKind.ITEM, lock, fence=fence, session_fence=session_fence)
