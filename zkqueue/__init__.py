@@ -51,6 +51,7 @@ _EXPORTS = {
     "LeaderLatch": "zkqueue.recipes.sharder",
     "PollingHandler": "zkqueue.transport.handler",
     "new_client": "zkqueue.transport.handler",
+    "LargeItems": "zkqueue.engine.blobs",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -63,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.builder import QueueBuilder
     from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer
     from zkqueue.server.embedded import ZooKeeperEnsemble
+    from zkqueue.engine.blobs import LargeItems
     from zkqueue.transport.handler import PollingHandler, new_client
     from zkqueue.listeners import QueuePutListener
     from zkqueue.engine.queue import DistributedQueue, QueueStats

@@ -11,6 +11,7 @@ from kazoo.security import ACL
 
 from zkqueue.formats import naming
 from zkqueue.errors import ConfigurationError
+from zkqueue.engine.blobs import LargeItems
 from zkqueue.engine.queue import DistributedQueue
 
 log = logging.getLogger("zkqueue.builder")
@@ -130,6 +131,21 @@ class QueueBuilder(Generic[T]):
 
             parse_auth(credential)  # a clear error for a malformed "user:password"
         self._options["auth"] = [*self._options.get("auth", []), (scheme, credential)]
+        return self
+
+    def large_items(self, max_item_bytes: int = 64 * 2**20, compression: str = "zlib",
+                    orphan_grace: float = 60.0) -> "QueueBuilder[T]":
+        """Items larger than one znode (ZooKeeper's 1 MiB ``jute.maxbuffer``), up to ``max_item_bytes`` framed.
+
+        An item that fits one node is stored exactly as before (Curator reads it). A larger one is compressed
+        (``"zlib"``, skipped for data that does not compress; or ``"none"``), written in chunks under
+        ``<queue>-blobs``, and made visible by one multi that creates a small reference item in a frame Curator
+        refuses loudly. Consumers of every mode read it back, check its length and checksum, and delete it with
+        its chunks in one multi. Blobs left by a producer that died, or whose reference was deleted by something
+        else, are reclaimed after ``orphan_grace`` seconds by any running queue with this option set.
+        Above ``max_item_bytes`` a put raises :class:`~zkqueue.errors.ItemTooLargeError` before sending anything.
+        """
+        self._options["large_items"] = LargeItems(max_item_bytes, compression, orphan_grace)
         return self
 
     # -- build

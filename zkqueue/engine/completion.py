@@ -19,6 +19,7 @@ from typing import Any, Callable
 from kazoo.exceptions import NoNodeError
 
 from zkqueue.consumer import ErrorMode
+from zkqueue.engine import blobs
 from zkqueue.engine.commit import (
     CONNECTION_ERRORS,
     GroupOutcome,
@@ -34,7 +35,8 @@ from zkqueue.engine.leases import Held, Lease, LeaseKind, Leases
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.seams import ClaimedNode, Completion
 from zkqueue.errors import LockLostError, QueueStateError
-from zkqueue.formats import framing
+from zkqueue.formats import framing, naming
+from zkqueue.formats.large_ref import BlobRef
 from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.engine.completion")
@@ -63,6 +65,8 @@ class Outcome:
     error: BaseException | None = None
     completion: Completion | None = None  # what a node consumer asked for
     ambiguous: bool = False  # an earlier attempt to complete it may have committed
+    blob: BlobRef | None = None  # a large item's blob (the node's data is its reference)
+    unread: bool = False  # a large item whose blob is not read yet: ``items`` is empty until then
 
     def node(self, path: str) -> ClaimedNode:
         return ClaimedNode(self.name, path, self.version, self.data, self.items)
@@ -114,15 +118,21 @@ class Completer:
         assert o.held is not None
         path = o.held.path
         if c.action == "ack":
-            return [delete_op(path, o.version), *c.extra_ops]
+            return [delete_op(path, o.version), *self._blob_ops(o, blobs.removal_ops), *c.extra_ops]
         if c.action in ("requeue", "move"):
             prefix = c.prefix if c.prefix is not None else self._requeue_prefix(path)
             data = c.data if c.data is not None else o.data
+            # The same reference re-created keeps the blob (marked moving); new data replaces it.
+            blob_ops = self._blob_ops(o, blobs.moving_ops if c.data is None else blobs.removal_ops)
             return [delete_op(path, o.version), create_op(prefix, data, sequence=True, acl=self._ctx.acl),
-                    *c.extra_ops]
+                    *blob_ops, *c.extra_ops]
         if c.action == "release":
             return list(c.extra_ops)
         raise ValueError(f"unknown completion action {c.action!r}")
+
+    @staticmethod
+    def _blob_ops(o: Outcome, ops_of: Callable[[BlobRef], list[Any]]) -> list[Any]:
+        return ops_of(o.blob) if o.blob is not None else []
 
     # ------------------------------------------------------------------------------------------ complete
     def complete(self, outcomes: list[Outcome]) -> None:
@@ -329,10 +339,12 @@ class Completer:
         h = o.held
         assert h is not None
         offset = 1 if h.lease.kind is LeaseKind.ITEM else 0
+        target = naming.join(self._ctx.quarantine_path, o.name)
+        extra = [*self._blob_ops(o, lambda ref: blobs.quarantined_ops(ref, target)), *c.extra_ops]
         try:
             self._quarantine.move(o.name, o.data, o.version, c.reason or "quarantined by its consumer",
-                                  prefix=self._leases.prefix_for(h.lease.session_fence), wrap=lambda ops: self._leases.finish_group(h, ops),
-                                  offset=offset, extra_ops=c.extra_ops)
+                                  prefix=self._leases.prefix_for(h.lease.session_fence),
+                                  wrap=lambda ops: self._leases.finish_group(h, ops), offset=offset, extra_ops=extra)
         except Exception as exc:
             log.warning("quarantining %s failed (%r); releasing it", h.path, exc)
             self.release([h])

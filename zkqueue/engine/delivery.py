@@ -1,7 +1,9 @@
 """Delivery: decoding nodes and handing them to the consumer, inline or on the user's executor.
 
 Item consumers (Curator's ``consume_message``) get one call per item; node consumers (``consume_node``, see
-:mod:`zkqueue.engine.seams`) one call per node. As nodes finish, their outcomes go to ``complete`` (lock-safe
+:mod:`zkqueue.engine.seams`) one call per node. A large item's blob is read only when its node is about to be
+consumed, and its items are dropped once the consumer returned, so a step holds one large item's bytes at a time
+(per executor worker); a blob that is missing or does not match its reference is quarantined, never delivered. As nodes finish, their outcomes go to ``complete`` (lock-safe
 mode), inline every ``_ACK_EVERY_SECONDS`` or as executor tasks finish. The time a step takes feeds the pace the
 run loop sizes its steps by.
 """
@@ -15,6 +17,8 @@ from concurrent.futures import wait as futures_wait
 from typing import Any, Callable
 
 from zkqueue.consumer import ErrorMode, QueueConsumer
+from zkqueue.engine import blobs
+from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.seams import Completion
@@ -45,6 +49,33 @@ def decode_node(serializer: Any, data: bytes | None) -> tuple[list[Any], str | N
     return items, None
 
 
+def read_large(ctx: QueueContext, serializer: Any, o: Outcome) -> bool:
+    """Read the blob of ``o`` (a large item not read yet) and decode its items; True when they can be delivered.
+
+    Otherwise ``o.completion`` says what happens to the node: quarantine for a blob that is missing or does not
+    match its reference (lock-safe), release when the blob could not be read for now (e.g. the connection).
+    """
+    assert o.blob is not None
+    try:
+        frame = blobs.read_frame(ctx.client, o.blob, item_path=ctx.item_path(o.name))
+        items, reason = decode_node(serializer, frame)
+    except blobs.BlobMissingError as exc:
+        o.blob = None  # nothing of it to keep or remove
+        items, reason = [], f"large item: {exc}"
+    except CorruptItemError as exc:
+        items, reason = [], f"large item: {exc}"
+    except (*CONNECTION_ERRORS, OSError) as exc:
+        log.warning("could not read the blob of %s/%s (%r); giving the node back", ctx.queue_path, o.name, exc)
+        o.completion = Completion.release()
+        return False
+    if reason is not None:
+        o.completion = Completion.quarantine(reason)
+        return False
+    o.items = items
+    o.unread = False
+    return True
+
+
 class Delivery:
     """Hands nodes to one queue's consumer and measures its pace."""
 
@@ -55,8 +86,10 @@ class Delivery:
         executor: Executor | None,
         *,
         error_mode: Callable[[], ErrorMode],
+        serializer: Any = None,
     ) -> None:
         self._ctx = ctx
+        self._serializer = serializer
         self._consumer = consumer
         self._consume_node = getattr(consumer, "consume_node", None)
         self._executor = executor
@@ -71,6 +104,15 @@ class Delivery:
 
     def consume(self, o: Outcome) -> Outcome:
         """Consume one node. Item consumers: every item, stopping at the first error in lock-safe REQUEUE mode."""
+        if o.unread and not read_large(self._ctx, self._serializer, o):
+            return o
+        try:
+            return self._consume_node_or_items(o)
+        finally:
+            if o.blob is not None:
+                o.items = []  # one large item's bytes at a time (a partly failed node is requeued whole)
+
+    def _consume_node_or_items(self, o: Outcome) -> Outcome:
         if self._consume_node is not None:
             return self._consume_whole(o)
         stop_on_error = o.held is not None and self._error_mode() is ErrorMode.REQUEUE

@@ -32,7 +32,8 @@ from zkqueue.engine.leases import Claimed, FenceLostError, Held, LeaseKind, Leas
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.seams import ClaimHook, Completion
 from zkqueue.engine.steps import StepSizer
-from zkqueue.formats import naming
+from zkqueue.errors import CorruptItemError
+from zkqueue.formats import large_ref, naming
 from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.engine.locksafe")
@@ -248,13 +249,21 @@ class LeaseTaker:
                 locked = True
                 not_ours.append(h)
                 continue
-            items, reason = decode_node(self._serializer, data)
+            if large_ref.is_ref(data):
+                try:  # a large item: its blob is read when the node is delivered (see zkqueue.engine.delivery)
+                    ref, reason = large_ref.decode_ref(data), None
+                except CorruptItemError as exc:
+                    ref, reason = None, str(exc)
+                items: list[Any] = []
+            else:
+                ref = None
+                items, reason = decode_node(self._serializer, data)
             if reason is not None:
                 self.completer.complete([Outcome(h, name, data, stat.version, items,
                                                  completion=Completion.quarantine(reason))])
                 handled.append(name)
                 continue
-            outcomes.append(Outcome(h, name, data, stat.version, items))
+            outcomes.append(Outcome(h, name, data, stat.version, items, blob=ref, unread=ref is not None))
         self._give_back(not_ours)
         return handled, outcomes, locked
 

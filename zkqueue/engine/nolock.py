@@ -14,14 +14,15 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
+from zkqueue.engine import blobs
 from zkqueue.engine.commit import CONNECTION_ERRORS, MAX_OPS_PER_MULTI, create_op, delete_op
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.delivery import Delivery, decode_node
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.steps import StepSizer
-from zkqueue.errors import QueueStateError
-from zkqueue.formats import naming
+from zkqueue.errors import CorruptItemError, QueueStateError
+from zkqueue.formats import large_ref, naming
 from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.engine.nolock")
@@ -39,15 +40,33 @@ class NoLockTaker:
         self._sizer = sizer
 
     def take(self, names: list[str]) -> tuple[list[str], bool]:
-        """Take and deliver ``names``; return (names finished for this instance, False)."""
+        """Take and deliver ``names``; return (names finished for this instance, False).
+
+        Nodes are delivered in order: runs of ordinary nodes are taken together; a large item is taken on its own
+        once its blob has been read (its item, chunks and blob are deleted in one multi, then it is delivered).
+        """
         ctx = self._ctx
         paths = [ctx.item_path(n) for n in names]
         reads = protocol.multi_read(ctx.client, paths, limit=ctx.jute_max_buffer)
         self._sizer.note_sizes(reads)
         handled: list[str] = []
+        run: list[tuple[str, str, Any]] = []
+        for name, path, res in zip(names, paths, reads):
+            if not isinstance(res, BaseException) and large_ref.is_ref(res[0]):
+                self._take_run(run, handled)
+                run = []
+                self._take_large(name, path, res, handled)
+            else:
+                run.append((name, path, res))
+        self._take_run(run, handled)
+        return handled, False
+
+    def _take_run(self, run: list[tuple[str, str, Any]], handled: list[str]) -> None:
+        """Take and deliver a run of ordinary nodes (one multi with a receipt, or a few)."""
+        ctx = self._ctx
         groups: list[list[Any]] = []
         entries: list[tuple[str, list[Any], bytes, int]] = []
-        for name, path, res in zip(names, paths, reads):
+        for name, path, res in run:
             if isinstance(res, BaseException):
                 handled.append(name)  # skipped until the name leaves the listing
                 if isinstance(res, NoNodeError):
@@ -64,8 +83,33 @@ class NoLockTaker:
                 continue
             groups.append([delete_op(path, stat.version)])
             entries.append((name, items, data, stat.version))
+        self._take_groups(groups, entries, handled)
+
+    def _take_large(self, name: str, path: str, res: tuple[bytes, Any], handled: list[str]) -> None:
+        """Read a large item's blob, then take the item with its chunks and blob in one multi, and deliver it."""
+        data, stat = res
+        ref: large_ref.BlobRef | None = None
+        try:
+            ref = large_ref.decode_ref(data)
+            items, reason = decode_node(self._serializer, blobs.read_frame(self._ctx.client, ref, item_path=path))
+        except blobs.BlobMissingError as exc:
+            ref, items, reason = None, [], f"large item: {exc}"
+        except CorruptItemError as exc:
+            items, reason = [], f"large item: {exc}"
+        if reason is not None:
+            extra = [] if ref is None else blobs.quarantined_ops(ref, naming.join(self._ctx.quarantine_path, name))
+            self._quarantine.move(name, data, stat.version, reason, extra_ops=extra)
+            handled.append(name)
+            return
+        assert ref is not None
+        self._take_groups([[delete_op(path, stat.version), *blobs.removal_ops(ref)]],
+                          [(name, items, data, stat.version)], handled)
+
+    def _take_groups(self, groups: list[list[Any]], entries: list[tuple[str, list[Any], bytes, int]],
+                     handled: list[str]) -> None:
         if not groups:
-            return handled, False
+            return
+        ctx = self._ctx
         results = self._delete_with_receipts(groups)
         deliver: list[Outcome] = []
         for (name, items, data, version), (ok, err) in zip(entries, results):
@@ -78,7 +122,6 @@ class NoLockTaker:
                 log.warning("could not take %s/%s: %r", ctx.queue_path, name, err)
                 ctx.counters.add("loop_errors")
         self._delivery.deliver_all(deliver, complete=None)
-        return handled, False
 
     def _delete_with_receipts(self, groups: list[list[Any]]) -> list[tuple[bool, Any]]:
         """Commit the delete groups of a take; every multi also creates a receipt node (see the module docs)."""
@@ -111,11 +154,20 @@ class NoLockTaker:
                     raise result.failure if result.failure is not None else RuntimeError("receipt create failed")
                 if result.failed_index is None:
                     raise result.failure if result.failure is not None else RuntimeError("multi failed")
-                g = chunk[result.failed_index - 1]
+                g = self._group_at(chunk, groups, result.failed_index - 1)
                 outcome[g] = (False, result.failure)
                 pending.remove(g)
                 failures += 1
         return [o if o is not None else (False, None) for o in outcome]
+
+    @staticmethod
+    def _group_at(chunk: list[int], groups: list[list[Any]], op_index: int) -> int:
+        """The group of ``chunk`` that holds op ``op_index`` of the chunk's ops (after the receipt)."""
+        for g in chunk:
+            op_index -= len(groups[g])
+            if op_index < 0:
+                return g
+        return chunk[-1]
 
     def _finish_chunk(self, chunk: list[int], receipt: str, outcome: list[Any], pending: list[int]) -> None:
         for g in chunk:

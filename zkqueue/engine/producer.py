@@ -6,6 +6,9 @@
 - **Foreground puts** of unbounded queues go through :class:`~zkqueue.engine.group_commit.GroupCommit`.
 - **Bounded puts** (``max_items``): one at a time per instance, each waiting for room in the children listing
   (Curator's semantics: the timeout restarts whenever the children change).
+- **Large items** (``large_items`` set, a frame too big for one znode): written by
+  :class:`~zkqueue.engine.blobs.BlobWriter` in the caller's thread, after this instance's earlier background puts
+  have completed, so the queue keeps put order.
 
 Recipes store a node through :meth:`Producer.put_framed` with a prefix of their own (e.g. a priority prefix).
 """
@@ -19,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+from zkqueue.engine.blobs import BlobWriter
 from zkqueue.engine.children import ChildrenCache, Snapshot
 from zkqueue.engine.commit import CONNECTION_ERRORS, MAX_OPS_PER_MULTI, MULTI_SLACK, create_op, map_error, node_cost
 from zkqueue.engine.context import QueueContext
@@ -56,8 +60,10 @@ class Producer:
         background: bool,
         max_items: int | None,
         check_started: Callable[[], None],
+        blobs: BlobWriter | None = None,
     ) -> None:
         self._ctx = ctx
+        self._blobs = blobs
         self._serializer = serializer
         self._listeners = listeners
         self._background = background
@@ -144,10 +150,16 @@ class Producer:
             raise SerializationError(f"serializer {self._serializer!r} returned {type(data).__name__}, not bytes")
         return bytes(data)
 
-    def check_size(self, prefix: str, data: bytes) -> None:
+    def check_size(self, prefix: str, data: bytes) -> bool:
+        """Whether ``data`` goes in as a large item (it does not fit one znode and large items are on); raises
+        :class:`ItemTooLargeError` before any I/O for what cannot be stored at all."""
         overhead = len(prefix.encode("utf-8")) + self._ctx.chroot_len + 10 + _REQUEST_OVERHEAD
-        if len(data) + overhead > self._ctx.jute_max_buffer:
+        if len(data) + overhead <= self._ctx.jute_max_buffer:
+            return False
+        if self._blobs is None:
             raise ItemTooLargeError(len(data), self._ctx.jute_max_buffer - overhead)
+        self._blobs.check(data)
+        return True
 
     # ------------------------------------------------------------------------------------------ puts
     def put_framed(
@@ -175,8 +187,10 @@ class Producer:
     def _send_framed(self, data: bytes, prefix: str, item: Any, *, multi: bool) -> bool:
         """Send one framed znode at ``prefix`` (sequential): queued for the put thread, or created now."""
         self._check_started()
-        self.check_size(prefix, data)
+        large = self.check_size(prefix, data)
         req = PutRequest(prefix, data, item, multi)
+        if large:
+            return self._put_large(req)
         if self._background:
             with self._cond:
                 if self._ctx.closing.is_set():
@@ -198,6 +212,27 @@ class Producer:
             if seq is not None:
                 with self._own_lock:
                     self._own_unlisted.append(seq)
+        self._ctx.counters.add("put_ok")
+        self._notify(req)
+        return True
+
+    def _put_large(self, req: PutRequest) -> bool:
+        """Store a large item now, in the caller's thread, behind this instance's earlier background puts."""
+        assert self._blobs is not None
+        if self._background:
+            self.flush()
+        try:
+            created = self._blobs.put(req.data, req.prefix)
+        except Exception as exc:
+            self._ctx.counters.add("put_failed")
+            mapped = map_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        seq = None if created is None or self._max_items is None else naming.sequence_of(created)
+        if seq is not None:
+            with self._own_lock:
+                self._own_unlisted.append(seq)
         self._ctx.counters.add("put_ok")
         self._notify(req)
         return True

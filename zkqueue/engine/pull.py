@@ -3,7 +3,7 @@
 :meth:`Puller.claim` blocks until at least one node is due (in the queue's order and due times) and claims up to
 ``max_nodes`` of them with the same leases and claim hook as the run loop; the caller completes each node later
 with :meth:`Puller.complete` (or gives it back). Item leases are used throughout: the caller's pace is unknown and
-a scope may hold its nodes for long.
+a scope may hold its nodes for long. Large items come back with their blob read (one call's worth at a time).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from zkqueue.engine.children import ChildrenCache
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
+from zkqueue.engine.delivery import read_large
 from zkqueue.engine.locksafe import LeaseTaker
 from zkqueue.engine.run_loop import LOCKED_RETRY_SECONDS
 from zkqueue.formats import naming
@@ -34,8 +35,10 @@ class Puller:
         *,
         sort_children: Callable[[list[str]], list[str]],
         get_delay: Callable[[str], float],
+        serializer: Any = None,
     ) -> None:
         self._ctx = ctx
+        self._serializer = serializer
         self._cache = cache
         self._taker = taker
         self._sort_children = sort_children
@@ -66,8 +69,9 @@ class Puller:
                     locked = locked or batch_locked
                     taken = {o.name for o in outcomes}
                     self._skip.update(n for n in handled if n not in taken)
+                    outcomes = self._read_large(outcomes)
                     if outcomes:
-                        self._held.update(taken)
+                        self._held.update(o.name for o in outcomes)
                         return outcomes
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
@@ -79,6 +83,14 @@ class Puller:
                     wait = max(0.0, next_due - now) if wait is None else min(wait, max(0.0, next_due - now))
                 self._cache.wait_for_change(version, wait)
         return []
+
+    def _read_large(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Read the blobs of large items; those that cannot be delivered are finished (quarantined or released)."""
+        unusable = [o for o in outcomes if o.unread and not read_large(self._ctx, self._serializer, o)]
+        if not unusable:
+            return outcomes
+        self._taker.completer.complete(unusable)
+        return [o for o in outcomes if o not in unusable]
 
     def _due(self, names: list[str]) -> tuple[list[str], float | None]:
         """The due names in consumption order, and when the first one not due yet will be."""

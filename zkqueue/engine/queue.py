@@ -18,7 +18,8 @@ Recipes (priority, delay, id) override only the naming/sort hooks: ``get_delay``
 
 Threads of one started queue (all daemons, all joined by ``close()``; a user executor is never shut down):
 ``zkqueue-loop-<path>`` (run loop, which also claims, delivers and completes), ``zkqueue-put-<path>`` (background
-puts), ``zkqueue-leases-<path>`` (lock-safe lease upkeep), ``zkqueue-events-<path>`` (connection states to the
+puts), ``zkqueue-leases-<path>`` (lock-safe lease upkeep), ``zkqueue-blobs-<path>`` (with ``large_items``: the
+reaper of orphaned blobs, see :mod:`~zkqueue.engine.blob_reaper`), ``zkqueue-events-<path>`` (connection states to the
 consumer) and ``zkqueue-cache-<path>`` (listing upkeep off kazoo's threads).
 
 Delivery: without a lock path items are deleted before delivery (at-most-once, as Curator); with one they are
@@ -40,6 +41,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NoAuthError, NotEmptyError
 
 from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer, as_consumer
+from zkqueue.engine.blob_reaper import BlobReaper
+from zkqueue.engine.blobs import BlobWriter, LargeItems
 from zkqueue.engine.children import ChildrenCache
 from zkqueue.engine.commit import GroupOutcome, commit_groups, map_error
 from zkqueue.engine.completion import Outcome
@@ -111,6 +114,7 @@ class DistributedQueue(Generic[T]):
         acl: Sequence[Any] | None = None,
         auth: Sequence[tuple[str, str]] = (),
         claim_hook: ClaimHook | None = None,
+        large_items: LargeItems | None = None,
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
@@ -174,6 +178,9 @@ class DistributedQueue(Generic[T]):
         self._min_items_before_refresh = min_items_before_refresh
         self._refresh_on_watch = refresh_on_watch
         self._claim_hook = claim_hook
+        if large_items is not None and not isinstance(large_items, LargeItems):
+            raise ConfigurationError(f"large_items must be a LargeItems, got {large_items!r}")
+        self._large_items = large_items
         self._error_mode = ErrorMode.REQUEUE
 
         self.put_listeners: ListenerContainer[QueuePutListener[T]] = ListenerContainer()
@@ -203,7 +210,9 @@ class DistributedQueue(Generic[T]):
         self.producer = Producer(
             self._ctx, serializer, self.put_listeners, background=self._put_in_background, max_items=max_items,
             check_started=self._check_started,
+            blobs=BlobWriter(self._ctx, large_items) if large_items is not None else None,
         )
+        self._blob_reaper = BlobReaper(self._ctx, large_items) if large_items is not None else None
         self._cache: ChildrenCache | None = None
         self._loop: RunLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -325,13 +334,16 @@ class DistributedQueue(Generic[T]):
             )
             self._cache.start()
         self.producer.start(self._cache)
+        if self._blob_reaper is not None:
+            self._blob_reaper.start()
         if self._consumer is not None:
             self._start_consuming(self._consumer)
         log.debug("queue %s started", self._queue_path)
 
     def _start_consuming(self, consumer: QueueConsumer[T]) -> None:
         assert self._cache is not None
-        delivery = Delivery(self._ctx, consumer, self._executor, error_mode=lambda: self._error_mode)
+        delivery = Delivery(self._ctx, consumer, self._executor, error_mode=lambda: self._error_mode,
+                            serializer=self._serializer)
         sizer = StepSizer(self._max_batch_bytes, lambda: delivery.pace)
         quarantine = Quarantine(self._ctx)
         taker: Any
@@ -398,6 +410,8 @@ class DistributedQueue(Generic[T]):
                 if thread.is_alive():
                     log.warning("thread %s did not stop within 30s (a consumer still running?)", thread.name)
         self.producer.fail_pending()
+        if self._blob_reaper is not None:
+            self._blob_reaper.stop()
         if self._lease_taker is not None:
             self._lease_taker.close()
         self._ctx.connection.stop()
@@ -527,7 +541,7 @@ class DistributedQueue(Generic[T]):
                 )
                 self._lease_taker.start()
                 self._puller = Puller(self._ctx, cache, self._lease_taker, sort_children=self.sort_children,
-                                      get_delay=self.get_delay)
+                                      get_delay=self.get_delay, serializer=self._serializer)
             return self._puller
 
     def commit_groups(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:

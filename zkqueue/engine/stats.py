@@ -27,6 +27,8 @@ class QueueStats:
     moved: int = 0
     released: int = 0
     leases_downgraded: int = 0
+    large_items_put: int = 0
+    blobs_reclaimed: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from zkqueue.formats.large_ref import node_bytes
+
 #: A consumer takes (leases, or removes in no-lock mode) at most about this many seconds of work per step.
 HOLD_SECONDS = 0.5
 #: Nodes in the first step, before their size is known.
@@ -25,8 +27,9 @@ class StepSizer:
         self._blind_steps = 0  # steps sized before any node was read (they found nothing: taken by others)
 
     def note_sizes(self, reads: Sequence[Any]) -> None:
-        """Learn node sizes from a multiRead's results (``(data, stat)`` or an exception each)."""
-        sizes = [len(r[0] or b"") for r in reads if not isinstance(r, BaseException)]
+        """Learn node sizes from a multiRead's results (``(data, stat)`` or an exception each); a large item's
+        reference counts as the bytes it refers to, so steps of large items are small."""
+        sizes = [node_bytes(r[0]) for r in reads if not isinstance(r, BaseException)]
         if sizes:
             mean = sum(sizes) / len(sizes)
             self.avg_node_bytes = mean if self.avg_node_bytes is None else (self.avg_node_bytes + mean) / 2
