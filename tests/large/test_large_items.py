@@ -281,3 +281,33 @@ def test_reaper_leaves_live_and_queued_blobs_alone(zk_client) -> None:
             time.sleep(0.1)
         assert not zk_client.exists(reaper + "/b-writing")
         assert len(zk_client.get_children("/keep-blobs")) == 1
+
+
+def test_priority_queue_with_an_executor_orders_large_items_too(zk_client) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    low, high = os.urandom(2 * MiB), os.urandom(3 * MiB)
+    got = Collect()
+    with (QueueBuilder.builder(zk_client, None, BytesSerializer(), "/prio").large_items()
+          .build_priority_queue(0)) as producer:
+        producer.put(low, 5)
+        producer.put(b"middle", 3)
+        producer.put(high, 1)
+        assert producer.flush_puts(10)
+    with ThreadPoolExecutor(1) as pool:
+        with (QueueBuilder.builder(zk_client, got, BytesSerializer(), "/prio").lock_path("/prio-locks")
+              .executor(pool).build_priority_queue(0)):
+            assert got.take(3) == [high, b"middle", low]
+
+
+def test_pull_mode_returns_large_items_read(zk_client) -> None:
+    payload = os.urandom(2 * MiB)
+    with _queue(zk_client, "/pull") as producer:
+        producer.put(payload)
+    q = QueueBuilder.builder(zk_client, None, BytesSerializer(), "/pull").lock_path("/pull-locks").build_queue()
+    with q:
+        (o,) = q.claim_nodes(5, timeout=10)
+        assert o.items == [payload]
+        q.complete_nodes([o])
+        assert _until(lambda: zk_client.get_children("/pull-blobs") == [])
+    assert zk_client.get_children("/pull") == []
