@@ -18,7 +18,7 @@ from faultcheck import Journal, account, read_journal  # type: ignore[import-not
 from faultrun import FAULTS  # type: ignore[import-not-found]
 
 from zkqueue.jobs import JobQueue, JobState, RetryPolicy
-from zkqueue.server.testing import make_client, unique_chroot, wait_for
+from zkqueue.server.testing import fresh_chroot, make_client, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(600)]
 
@@ -35,12 +35,7 @@ class _Run:
 
 
 def test_jobs_through_a_leader_kill(ensemble, journal_dir, record_figures) -> None:
-    chroot = unique_chroot("/jobs-faults-")
-    root = make_client(ensemble.connect_string)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    hosts = ensemble.connect_string + chroot
+    hosts = fresh_chroot(ensemble.connect_string, "/jobs-faults-")
     path = "/jobs/faults"
     client = make_client(hosts, timeout=10.0)
     procs = []

@@ -24,7 +24,7 @@ import pytest
 
 from zkqueue import BytesSerializer, QueueBuilder
 from zkqueue.formats import large_ref
-from zkqueue.server.testing import make_client, unique_chroot, wait_for
+from zkqueue.server.testing import fresh_chroot, make_client, stored_under, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(300)]
 
@@ -35,16 +35,7 @@ ROOTS = (PATH, PATH + "-blobs", PATH + "-locks", PATH + "-quarantine")
 
 
 def stored(client: Any) -> tuple[int, int]:
-    """(nodes, data bytes) under the queue's paths, the path nodes themselves included."""
-    nodes = size = 0
-    todo = [r for r in ROOTS if client.exists(r)]
-    while todo:
-        path = todo.pop()
-        data, _stat = client.get(path)
-        nodes += 1
-        size += len(data or b"")
-        todo.extend(f"{path}/{c}" for c in client.get_children(path))
-    return nodes, size
+    return stored_under(client, *ROOTS)
 
 
 def producer(hosts: str, seed: int, chunk_delay: float, log: Path) -> subprocess.Popen:
@@ -55,12 +46,7 @@ def producer(hosts: str, seed: int, chunk_delay: float, log: Path) -> subprocess
 
 
 def test_producer_killed_mid_blob_leaves_nothing_behind(ensemble, journal_dir) -> None:
-    chroot = unique_chroot("/large-faults-")
-    root = make_client(ensemble.connect_string)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    hosts = ensemble.connect_string + chroot
+    hosts = fresh_chroot(ensemble.connect_string, "/large-faults-")
     client = make_client(hosts, timeout=10.0)
     got: stdqueue.Queue[bytes] = stdqueue.Queue()
     consumer = (QueueBuilder.builder(client, got.put, BytesSerializer(), PATH).lock_path(PATH + "-locks")

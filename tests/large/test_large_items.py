@@ -46,19 +46,6 @@ def _until(check: Any, timeout: float = 10.0) -> Any:
     return value
 
 
-def _stored(client: Any, *roots: str) -> tuple[int, int]:
-    """(nodes, data bytes) stored under ``roots`` (the nodes themselves included)."""
-    nodes = size = 0
-    todo = [r for r in roots if client.exists(r)]
-    while todo:
-        path = todo.pop()
-        data, stat = client.get(path)
-        nodes += 1
-        size += len(data or b"")
-        todo.extend(f"{path}/{c}" for c in client.get_children(path))
-    return nodes, size
-
-
 @pytest.mark.parametrize("lock", [True, False], ids=["lock-safe", "no-lock"])
 def test_5_and_20_mib_round_trip_byte_for_byte(zk_client, lock) -> None:
     payloads = [os.urandom(5 * MiB), os.urandom(20 * MiB), b"small"]

@@ -19,8 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
-
 from kazoo.exceptions import NoNodeError
 
 from zkqueue.engine.blobs import LargeItems, blob_root

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from zkqueue.engine.commit import CONNECTION_ERRORS, create_op, delete_op, map_error
+from zkqueue.engine.commit import CONNECTION_ERRORS, create_op, delete_op, map_error, run_multi_retrying
 from zkqueue.engine.context import QueueContext
 from zkqueue.errors import ConfigurationError, CorruptItemError, ItemTooLargeError
 from zkqueue.formats import large_ref, naming
@@ -188,7 +188,7 @@ class BlobWriter:
         ops = [create_op(blob, BlobState("writing", ctx.queue_path).encode(), acl=ctx.acl),
                create_op(naming.join(blob, large_ref.OWNER), b"", ephemeral=True, acl=ctx.acl)]
         for _attempt in range(3):
-            result = self._run(ops)
+            result = run_multi_retrying(self._ctx, ops)
             if result.ok or (isinstance(result.failure, NodeExistsError) and result.failed_index == 0):
                 return  # (exists: an attempt whose reply was lost committed; the name is ours alone)
             if isinstance(result.failure, NoNodeError) and result.failed_index == 0:
@@ -210,7 +210,7 @@ class BlobWriter:
             try:
                 result = pending.result()
             except CONNECTION_ERRORS:
-                result = self._run([create_op(large_ref.chunk_path(ref.blob, at), bytes(chunks[at]), acl=ctx.acl)])
+                result = run_multi_retrying(self._ctx, [create_op(large_ref.chunk_path(ref.blob, at), bytes(chunks[at]), acl=ctx.acl)])
                 if not result.ok and isinstance(result.failure, NodeExistsError):
                     continue  # the lost request had committed (nobody else writes under our blob)
             if not result.ok:
@@ -246,12 +246,3 @@ class BlobWriter:
             self._ctx.client.delete_async(naming.join(blob, large_ref.OWNER))
         except Exception:  # the client may be closed; the owner is ephemeral anyway
             log.debug("could not drop the owner of %s", blob, exc_info=True)
-
-    def _run(self, ops: list[Any]) -> Any:
-        ctx = self._ctx
-        try:
-            return protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
-        except CONNECTION_ERRORS:
-            if not ctx.connection.wait(30.0):
-                raise
-            return protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)

@@ -54,6 +54,17 @@ def op_size(op: Any, chroot_len: int = 0) -> int:
     return node_cost(op.path, getattr(op, "data", None), chroot_len)
 
 
+def run_multi_retrying(ctx: QueueContext, ops: list[Any]) -> Any:
+    """run_multi, sent again once after reconnecting on a connection error (for multis whose repeat is safe:
+    fenced, version-checked, or creating a name of their own)."""
+    try:
+        return protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
+    except CONNECTION_ERRORS:
+        if not ctx.connection.wait(30.0):
+            raise
+        return protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
+
+
 def map_error(exc: BaseException) -> BaseException:
     """ZooKeeper's NoAuth as our typed :class:`QueuePermissionError`; anything else unchanged."""
     if isinstance(exc, NoAuthError):

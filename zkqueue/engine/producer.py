@@ -199,30 +199,21 @@ class Producer:
                 self._queue.append(req)
                 self._cond.notify_all()
             return True
-        try:
-            created = self._group.put(req) if self._max_items is None else self._create_node(req)
-        except Exception as exc:
-            self._ctx.counters.add("put_failed")
-            mapped = map_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-        if self._max_items is not None:
-            seq = naming.sequence_of(created)
-            if seq is not None:
-                with self._own_lock:
-                    self._own_unlisted.append(seq)
-        self._ctx.counters.add("put_ok")
-        self._notify(req)
-        return True
+        return self._put_now(req, lambda: self._group.put(req) if self._max_items is None else self._create_node(req))
 
     def _put_large(self, req: PutRequest) -> bool:
         """Store a large item now, in the caller's thread, behind this instance's earlier background puts."""
         assert self._blobs is not None
         if self._background:
             self.flush()
+        blobs = self._blobs
+        return self._put_now(req, lambda: blobs.put(req.data, req.prefix))
+
+    def _put_now(self, req: PutRequest, store: Callable[[], str | None]) -> bool:
+        """Run ``store`` (which returns the created path, or None when unknown) and account for the put: errors
+        are counted and mapped to typed ones; a bounded queue remembers its own create until listed."""
         try:
-            created = self._blobs.put(req.data, req.prefix)
+            created = store()
         except Exception as exc:
             self._ctx.counters.add("put_failed")
             mapped = map_error(exc)

@@ -8,22 +8,11 @@ from typing import Any, Callable, Sequence
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from zkqueue.engine.commit import CONNECTION_ERRORS, create_op, delete_op
+from zkqueue.engine.commit import create_op, delete_op, run_multi_retrying
 from zkqueue.engine.context import QueueContext
 from zkqueue.formats import naming
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.engine.quarantine")
-
-
-def _run_multi_retrying(ctx: QueueContext, ops: list[Any]) -> Any:
-    """run_multi, sent again once after reconnecting on a connection error (fenced ops make that safe)."""
-    try:
-        return protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
-    except CONNECTION_ERRORS:
-        if not ctx.connection.wait(30.0):
-            raise
-        return protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
 
 
 class Quarantine:
@@ -59,7 +48,7 @@ class Quarantine:
                 *extra_ops,
             ]
             group = wrap(core) if wrap is not None else core
-            result = _run_multi_retrying(ctx, list(prefix) + group)
+            result = run_multi_retrying(ctx, list(prefix) + group)
             if result.ok:
                 ctx.counters.add("corrupt_quarantined")
                 log.error("Corrupted queue item %s/%s moved to %s: %s", ctx.queue_path, name,

@@ -19,7 +19,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from zkqueue.server.embedded import ZooKeeperEnsemble, find_leftover_servers
-from zkqueue.server.testing import make_client, server_from_environment, unique_chroot
+from zkqueue.server.testing import fresh_chroot, make_client, server_from_environment
 
 ClientFactory = Callable[..., KazooClient]
 
@@ -58,14 +58,7 @@ def zk_private_server() -> Iterator[ZooKeeperEnsemble]:
 
 
 def _chroot(connect_string: str) -> Iterator[str]:
-    chroot = unique_chroot()
-    root = make_client(connect_string)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    yield chroot
+    yield fresh_chroot(connect_string)[len(connect_string):]
 
 
 def _factory(hosts: str) -> Iterator[ClientFactory]:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError
 
 from zkqueue.server.embedded import ZooKeeperEnsemble
 from zkqueue.errors import EnvironmentProblem
@@ -127,6 +128,35 @@ def wait_for(
 def unique_chroot(prefix: str = "/t-") -> str:
     """A fresh path for one test's nodes."""
     return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+def fresh_chroot(connect_string: str, prefix: str = "/t-") -> str:
+    """Create a unique chroot on ``connect_string`` and return the hosts string that uses it."""
+    chroot = unique_chroot(prefix)
+    root = make_client(connect_string)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
+        root.close()
+    return connect_string + chroot
+
+
+def stored_under(client: KazooClient, *roots: str) -> tuple[int, int]:
+    """(nodes, data bytes) stored under ``roots``, the root nodes included (those that exist)."""
+    nodes = size = 0
+    todo = [r for r in roots if client.exists(r)]
+    while todo:
+        path = todo.pop()
+        try:
+            data, _stat = client.get(path)
+            children = client.get_children(path)
+        except NoNodeError:
+            continue  # deleted while we walked
+        nodes += 1
+        size += len(data or b"")
+        todo.extend(f"{path.rstrip('/')}/{c}" for c in children)
+    return nodes, size
 
 
 def make_client(hosts: str, **kwargs: Any) -> KazooClient:
