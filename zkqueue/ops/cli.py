@@ -6,41 +6,14 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any
 
 import click
 
 from zkqueue.server.embedded import ZooKeeperEnsemble
 from zkqueue.errors import ZkQueueError
+from zkqueue.ops.connect import client_for, connect_option
 
 log = logging.getLogger("zkqueue.ops.cli")
-
-DEFAULT_CONNECT = "127.0.0.1:2181"
-
-
-def _connect_option(fn: Any) -> Any:
-    fn = click.option(
-        "--acl",
-        envvar="ZKQUEUE_ACL",
-        default=None,
-        help="ACL of the nodes this command creates, e.g. 'digest:app:secret:all,world:anyone:read' "
-        "(env ZKQUEUE_ACL; default with --auth: everything for that user, nothing for others).",
-    )(fn)
-    fn = click.option(
-        "--auth",
-        envvar="ZKQUEUE_AUTH",
-        default=None,
-        metavar="USER:PASSWORD",
-        help="Digest credentials (env ZKQUEUE_AUTH).",
-    )(fn)
-    return click.option(
-        "--connect",
-        envvar="ZKQUEUE_CONNECT",
-        default=DEFAULT_CONNECT,
-        show_default=True,
-        help="ZooKeeper connect string (env ZKQUEUE_CONNECT); a /chroot suffix is allowed.",
-    )(fn)
-
 
 @click.group()
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
@@ -73,22 +46,8 @@ def server(nodes: int, base_port: int | None, data_dir: str | None) -> None:
     click.echo("stopped", err=True)
 
 
-def client_for(connect: str, auth: str | None = None, acl: str | None = None) -> Any:
-    from zkqueue.transport.security import client_kwargs, parse_acl  # noqa: PLC0415 - keeps `zkqueue server` light
-    from zkqueue.server.testing import make_client  # noqa: PLC0415
-
-    try:
-        kwargs = client_kwargs(auth=auth, acl=parse_acl(acl) if acl else None)
-    except ZkQueueError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
-        return make_client(connect, start_timeout=15, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - kazoo raises a bare timeout
-        raise click.ClickException(f"cannot connect to ZooKeeper at {connect}: {exc}") from exc
-
-
 @main.command()
-@_connect_option
+@connect_option
 @click.argument("path")
 @click.argument("items", nargs=-1, required=True)
 @click.option("--multi", is_flag=True, help="Put all ITEMS into one znode (Curator's putMulti).")
@@ -113,7 +72,7 @@ def put(connect: str, auth: str | None, acl: str | None, path: str, items: tuple
 
 
 @main.command()
-@_connect_option
+@connect_option
 @click.argument("path")
 @click.option("--lock-path", default=None, help="Consume lock-safe with ephemeral locks under this path.")
 @click.option(
@@ -176,7 +135,7 @@ def consume(
 
 
 @main.command()
-@_connect_option
+@connect_option
 @click.argument("path")
 @click.option("--lock-path", default=None, help="The queue's lock path, to count locked items.")
 @click.option("--quarantine-path", default=None, help="Default: PATH-quarantine.")
@@ -240,7 +199,7 @@ def bench(args: tuple[str, ...]) -> None:
 def _register_jobs() -> None:
     from zkqueue.ops.jobs_cli import register  # noqa: PLC0415
 
-    register(main, _connect_option)
+    register(main, connect_option)
 
 
 _register_jobs()

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from zkqueue.errors import ZkQueueError
+from zkqueue.ops.connect import client_for
 
 log = logging.getLogger("zkqueue.ops.jobs_cli")
 
@@ -18,7 +19,6 @@ log = logging.getLogger("zkqueue.ops.jobs_cli")
 @contextlib.contextmanager
 def _job_queue(connect: str, auth: str | None, acl: str | None, path: str) -> Iterator[Any]:
     from zkqueue.jobs import JobQueue  # noqa: PLC0415
-    from zkqueue.ops.cli import client_for  # noqa: PLC0415
 
     client = client_for(connect, auth, acl)
     try:
