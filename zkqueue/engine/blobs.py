@@ -160,9 +160,12 @@ class BlobWriter:
         if len(data) > self.settings.max_item_bytes:
             raise ItemTooLargeError(len(data), self.settings.max_item_bytes, "large item")
 
-    def put(self, data: bytes, prefix: str) -> str | None:
+    def put(self, data: bytes, prefix: str, *, extra_ops: Sequence[Any] = ()) -> str | None:
         """Store frame ``data`` as a blob and commit a reference node at ``prefix``; returns the reference's path
-        (None when the commit's reply was lost but the blob shows that it committed)."""
+        (None when the commit's reply was lost but the blob shows that it committed).
+
+        ``extra_ops`` commit in the same multi as the reference (e.g. a writer's dedupe marker). When one of them
+        fails, the blob is deleted and that op's error (e.g. ``NodeExistsError``) is raised."""
         self.check(data)
         ctx = self._ctx
         blob = naming.join(self.root, "b-" + uuid.uuid4().hex)
@@ -170,7 +173,7 @@ class BlobWriter:
         self._create_blob(blob)
         try:
             self._write_chunks(ref, chunks)
-            path = self._commit(ref, prefix)
+            path = self._commit(ref, prefix, list(extra_ops))
         except BaseException:
             # The blob stays for the reaper (its owner goes with this session, or now): never a half item.
             self._drop_owner(blob)
@@ -216,10 +219,11 @@ class BlobWriter:
             if not result.ok:
                 raise map_error(result.failure or RuntimeError(f"chunk {at} of {ref.blob} failed"))
 
-    def _commit(self, ref: BlobRef, prefix: str) -> str | None:
+    def _commit(self, ref: BlobRef, prefix: str, extra_ops: list[Any]) -> str | None:
         ctx = self._ctx
         state = BlobState("committed", ctx.queue_path, chunks=ref.chunks)
-        ops = [delete_op(naming.join(ref.blob, large_ref.OWNER)),
+        ops = [*extra_ops,
+               delete_op(naming.join(ref.blob, large_ref.OWNER)),
                protocol.SetDataOp(ref.blob, state.encode(), 0),
                create_op(prefix, large_ref.encode_ref(ref), sequence=True, acl=ctx.acl)]
         try:
@@ -227,8 +231,18 @@ class BlobWriter:
         except CONNECTION_ERRORS as exc:
             return self._after_lost_commit(ref, exc)
         if not result.ok:
+            if result.failed_index is not None and result.failed_index < len(extra_ops):
+                self._discard(ref)  # it will never be committed
             raise map_error(result.failure or RuntimeError(f"commit of {ref.blob} failed"))
-        return result.results[2]
+        return result.results[-1]
+
+    def _discard(self, ref: BlobRef) -> None:
+        """Delete a blob that will not be committed (best effort: otherwise the reaper reclaims it)."""
+        ops = [delete_op(naming.join(ref.blob, large_ref.OWNER)), *removal_ops(ref)]
+        try:
+            protocol.run_multi(self._ctx.client, ops, limit=self._ctx.jute_max_buffer)
+        except Exception:  # noqa: BLE001 - left for the reaper
+            log.debug("could not delete the unneeded blob %s", ref.blob, exc_info=True)
 
     def _after_lost_commit(self, ref: BlobRef, exc: BaseException) -> str | None:
         """The commit's reply was lost: the blob's state tells whether it committed (it is set in that multi)."""

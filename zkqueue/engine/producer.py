@@ -96,6 +96,11 @@ class Producer:
         return self._thread
 
     @property
+    def blob_writer(self) -> BlobWriter | None:
+        """The large-item writer (None unless ``large_items`` is set)."""
+        return self._blobs
+
+    @property
     def in_flight(self) -> int:
         """Background puts queued or sent and not yet completed."""
         return self._in_flight

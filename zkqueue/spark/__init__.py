@@ -70,7 +70,9 @@ def put_partition(
     spelling (``kind="id", id_column="job"`` or ``idColumn="job"``). ``partition`` defaults to the running
     task's partition id (0 outside Spark). With ``dedupe=True`` a ``dedupe_key`` is required: the scope is
     ``dedupe_key`` (plus ``.<batch_id>`` when given), so in ``foreachBatch`` pass the batch id for a re-run batch
-    to add no copies. Returns the counts (:class:`SinkStats`).
+    to add no copies. ``large_items=True`` (optionally ``max_item_bytes=...``) stores rows too big for one znode
+    as large items instead of raising :class:`~zkqueue.errors.ItemTooLargeError`. Returns the counts
+    (:class:`SinkStats`).
     """
     from zkqueue.errors import ConfigurationError  # noqa: PLC0415
     from zkqueue.spark.clients import get_client  # noqa: PLC0415

@@ -31,12 +31,15 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from zkqueue.formats import framing, naming; from zkqueue.transport import protocol
+from zkqueue.engine import blobs
+from zkqueue.formats import framing, large_ref, naming; from zkqueue.transport import protocol
+from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.engine.leases import item_claim_ops, item_finish_ops
 from zkqueue.engine.queue import DEFAULT_BATCH_SIZE
 from zkqueue.errors import ConfigurationError
 from zkqueue.spark.clients import (
     DEFAULT_SESSION_TIMEOUT,
+    SessionLostError,
     ZkSettings,
     call_with_reconnect,
     get_client,
@@ -330,6 +333,10 @@ def read_queue(
     items stay queued. Once this function returns, the items exist only in the DataFrame. Persist it or use it
     before the driver exits. Corrupt nodes are skipped, logged and left in place for a queue consumer to
     quarantine.
+
+    A large item (a reference node, see ``QueueBuilder.large_items``) has its blob read (one item at a time) and
+    checked, and its chunks and blob are deleted in the same multi as its node. A reference whose blob is
+    missing or does not match is skipped and logged like a corrupt node.
     """
     import pyarrow as pa  # noqa: PLC0415
 
@@ -361,28 +368,42 @@ def read_queue(
         if lock_path is not None:
             batch, locks = _lock(client, path, lock_path, batch, token)
         reads = protocol.multi_read(client, [naming.join(path, n) for n in batch])
-        keep: list[tuple[str, int, list[bytes]]] = []
+        keep: list[tuple[str, int, list[bytes], list[Any]]] = []
         release: list[str] = []
         for name, res in zip(batch, reads):
             if isinstance(res, BaseException):
                 release.append(name)
                 continue
             data, stat = res
+            extra: list[Any] = []
             try:
-                payloads = framing.decode_items(data)
-            except Exception as exc:  # noqa: BLE001 - CorruptItemError and friends
+                if large_ref.is_ref(data):
+                    if max_items is not None and taken >= max_items:
+                        release.append(name)  # full already: its blob need not be read
+                        continue
+                    ref = large_ref.decode_ref(data)
+                    item_path = naming.join(path, name)
+                    frame = call_with_reconnect(client, lambda: blobs.read_frame(client, ref, item_path=item_path),
+                                                f"read_queue: reading the blob of {item_path}")
+                    payloads = framing.decode_items(frame)
+                    extra = blobs.removal_ops(ref)
+                else:
+                    payloads = framing.decode_items(data)
+            except (*CONNECTION_ERRORS, SessionLostError):
+                raise  # not a corrupt node (the locks, if any, are ephemeral on this session)
+            except Exception as exc:  # noqa: BLE001 - CorruptItemError (BlobMissingError included) and friends
                 log.warning("read_queue: skipping corrupt node %s/%s: %s", path, name, exc)
                 release.append(name)
                 continue
             if max_items is not None and taken and taken + len(payloads) > max_items:
                 release.append(name)
                 continue
-            keep.append((name, stat.version, payloads))
+            keep.append((name, stat.version, payloads, extra))
             taken += len(payloads)
         removed = _remove(client, path, keep, locks)
-        release.extend(name for name, _v, _p in keep if name not in removed)
+        release.extend(name for name, _v, _p, _e in keep if name not in removed)
         _release(client, [locks[n] for n in release if n in locks])
-        for name, _version, payloads in keep:
+        for name, _version, payloads, _extra in keep:
             if name not in removed:
                 continue
             key = _key_of(name, kind)
@@ -465,17 +486,19 @@ def _lock(
     return held, locks
 
 
-def _remove(client: Any, path: str, keep: list[tuple[str, int, list[bytes]]], locks: dict[str, tuple[str, str]]
-            ) -> set[str]:
+def _remove(client: Any, path: str, keep: list[tuple[str, int, list[bytes], list[Any]]],
+            locks: dict[str, tuple[str, str]]) -> set[str]:
+    """Delete the kept nodes (each with its version; a large item with its chunks and blob, ``extra``), each
+    group atomically with the release of its lock; return the names removed."""
     groups = []
-    for name, version, _payloads in keep:
-        ops: list[Any] = [protocol.DeleteOp(naming.join(path, name), version)]
+    for name, version, _payloads, extra in keep:
+        ops: list[Any] = [protocol.DeleteOp(naming.join(path, name), version), *extra]
         if name in locks:
             lock, fence = locks[name]
             ops = item_finish_ops(fence, lock, ops)
         groups.append(ops)
     removed: set[str] = set()
-    for (name, _v, _p), res in zip(keep, _commit_groups(client, groups)):
+    for (name, _v, _p, _e), res in zip(keep, _commit_groups(client, groups)):
         if res is True:
             removed.add(name)
         else:

@@ -55,6 +55,7 @@ class ZkQueueCommitMessage(WriterCommitMessage):
     deduped: int
     scope: str | None = None
     query: str | None = None
+    large_items: int = 0
 
 
 @dataclass
@@ -67,6 +68,7 @@ class WriteTotals:
     nodes: int = 0
     multis: int = 0
     deduped: int = 0
+    large_items: int = 0
 
     @classmethod
     def of(cls, messages: Sequence[WriterCommitMessage | None]) -> WriteTotals:
@@ -80,6 +82,7 @@ class WriteTotals:
             totals.nodes += message.nodes
             totals.multis += message.multis
             totals.deduped += message.deduped
+            totals.large_items += message.large_items
         return totals
 
 
@@ -113,7 +116,7 @@ class _WriterBase:
         stats = write_pairs(client, self.options, arrow_pairs(batches, encoder), scope=scope, partition=partition)
         log.debug("partition %d attempt %d wrote %s", partition, attempt, stats)
         return ZkQueueCommitMessage(
-            partition, attempt, stats.rows, stats.nodes, stats.multis, stats.deduped, scope, query
+            partition, attempt, stats.rows, stats.nodes, stats.multis, stats.deduped, scope, query, stats.large_items
         )
 
 
@@ -131,8 +134,8 @@ class ZkQueueWriter(_WriterBase, DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         totals = WriteTotals.of(messages)
-        log.info("zkqueue sink wrote %d row(s) in %d node(s) to %s (%d task(s), %d deduped)", totals.rows,
-                 totals.nodes, self.options.path, totals.tasks, totals.deduped)
+        log.info("zkqueue sink wrote %d row(s) in %d node(s) to %s (%d task(s), %d deduped, %d large)", totals.rows,
+                 totals.nodes, self.options.path, totals.tasks, totals.deduped, totals.large_items)
         self._forget_random_scope()
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

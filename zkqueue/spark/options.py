@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from zkqueue.formats import naming
+from zkqueue.formats import large_ref, naming
 from zkqueue.errors import ConfigurationError
 from zkqueue.transport.protocol import MAX_MULTI_OPS, jute_max_buffer
 from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings, parse_auth
@@ -25,6 +25,8 @@ log = logging.getLogger("zkqueue.spark.options")
 
 KINDS = ("plain", "priority", "delay", "id")
 BUILTIN_SERIALIZERS = ("auto", "bytes", "str", "json")
+#: Default of option maxItemBytes (as ``QueueBuilder.large_items``).
+DEFAULT_MAX_ITEM_BYTES = 64 * 2**20
 #: Default key column per queue kind.
 DEFAULT_KEY_COLUMN = {"priority": "priority", "delay": "delay_until", "id": "id"}
 
@@ -54,6 +56,10 @@ KNOWN = {
     "auth": "'scheme:credential' pairs separated by ',' (e.g. digest:user:secret)",
     "acl": "open (default) or creator (CREATOR_ALL_ACL; needs auth)",
     "jutemaxbuffer": "the server's jute.maxbuffer in bytes (default 1048575 or $ZKQUEUE_JUTE_MAXBUFFER)",
+    "largeitems": "true: a row too big for one znode is stored as a large item (blob + reference node) instead "
+                  "of failing the task",
+    "maxitembytes": f"largeItems: the largest framed row accepted, in bytes (default {DEFAULT_MAX_ITEM_BYTES})",
+    "largeitemcompression": "largeItems: zlib (default; skipped for data that does not compress) or none",
 }
 #: Options Spark itself may pass along; accepted silently.
 SPARK_OPTIONS = {"checkpointlocation", "queryname", "outputmode"}
@@ -172,6 +178,17 @@ class SinkOptions:
     dedupe_path: str = ""
     dedupe_key: str | None = None
     jute_max_buffer: int = 0
+    large_items: bool = False
+    max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
+    large_item_compression: str = "zlib"
+
+    def large_item_settings(self) -> Any:
+        """The engine's :class:`~zkqueue.engine.blobs.LargeItems` for these options (None unless largeItems)."""
+        if not self.large_items:
+            return None
+        from zkqueue.engine.blobs import LargeItems  # noqa: PLC0415
+
+        return LargeItems(self.max_item_bytes, self.large_item_compression)
 
     @property
     def nodes_per_multi(self) -> int:
@@ -229,7 +246,17 @@ class SinkOptions:
         if dedupe_key is not None and not dedupe:
             raise ConfigurationError("option dedupeKey needs dedupe=true")
         limit = _int(opts, "jutemaxbuffer", None, minimum=4096)
-        return cls(
+        large_items = _bool(opts, "largeitems", False)
+        max_item_bytes = _int(opts, "maxitembytes", None)
+        compression = opts.get("largeitemcompression")
+        if not large_items and (max_item_bytes is not None or compression is not None):
+            raise ConfigurationError("options maxItemBytes and largeItemCompression need largeItems=true")
+        compression = (compression or "zlib").strip().lower()
+        if compression not in large_ref.COMPRESSIONS:
+            raise ConfigurationError(
+                f"option largeItemCompression: expected one of {large_ref.COMPRESSIONS}, got {compression!r}"
+            )
+        options = cls(
             zk=zk,
             path=queue_path,
             kind=kind,
@@ -245,7 +272,15 @@ class SinkOptions:
             dedupe_path=dedupe_path,
             dedupe_key=dedupe_key,
             jute_max_buffer=jute_max_buffer(limit),
+            large_items=large_items,
+            max_item_bytes=DEFAULT_MAX_ITEM_BYTES if max_item_bytes is None else max_item_bytes,
+            large_item_compression=compression,
         )
+        try:
+            options.large_item_settings()  # the engine's own checks (e.g. the largest maxItemBytes)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"option maxItemBytes: {exc}") from None
+        return options
 
     def check_schema(self, field_types: Mapping[str, str]) -> None:
         """Fail fast on the driver: the key and value columns must exist (``field_types``: name -> type name)."""

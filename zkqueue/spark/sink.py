@@ -25,6 +25,15 @@ rows count as ``deduped``. This needs no read before writing and no listing of t
 after consumers took the first copy, which a check for existing ids would miss. It assumes that a retried
 task sees the same rows in the same order. That holds for deterministic sources such as files and stream
 offsets; a non-deterministic plan may shift rows between chunks.
+
+``largeItems`` (off by default): a row whose framed node would not fit one request is stored as a large item,
+by the engine's :class:`~zkqueue.engine.blobs.BlobWriter` (the blob under ``<queue>-blobs``, then one multi that
+commits it and creates the reference item), instead of failing the task with ItemTooLargeError. Such a row
+always gets a node of its own (with ``itemsPerNode`` > 1 the rows around it are framed without it, and nodes
+are cut early rather than grow past the limit); the multis before it are settled first and it is committed before
+anything after it is sent, so the partition keeps its order. With ``dedupe`` its marker is created in the
+blob's commit multi, so a large row is exactly-once like the others. Rows above ``maxItemBytes`` still fail.
+A blob whose writer died before its commit is reclaimed by any running queue built with ``large_items``.
 """
 
 from __future__ import annotations
@@ -38,8 +47,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoAuthError, NodeExistsError, NoNodeError
 
+from zkqueue.engine.blobs import BlobWriter, LargeItems
+from zkqueue.engine.commit import create_op
 from zkqueue.formats import framing, naming; from zkqueue.transport import protocol
 from zkqueue.errors import ItemTooLargeError, QueueFullError, QueuePermissionError, SerializationError
 from zkqueue.spark.clients import TRANSIENT_ERRORS, await_session, call_with_reconnect, session_id
@@ -60,12 +71,14 @@ class SinkStats:
     nodes: int = 0  # item znodes created
     multis: int = 0  # multi transactions committed
     deduped: int = 0  # rows skipped because their chunk was already committed (dedupe only)
+    large_items: int = 0  # rows stored as large items (largeItems only; counted in rows and nodes too)
 
     def add(self, other: SinkStats) -> None:
         self.rows += other.rows
         self.nodes += other.nodes
         self.multis += other.multis
         self.deduped += other.deduped
+        self.large_items += other.large_items
 
 
 @dataclass
@@ -73,6 +86,8 @@ class _Node:
     prefix: str
     payloads: list[bytes]
     first_row: int
+    size: int = 0  # framed bytes (tracked with largeItems only)
+    large: bool = False  # too big for one znode: goes in as a large item
 
 
 @dataclass
@@ -82,6 +97,21 @@ class _Chunk:
     nodes: int
     first_row: int
     marker: str | None = None
+    large: tuple[str, bytes] | None = None  # (prefix, frame) of a large item, put on its own
+
+
+class _Connection:
+    """What :class:`BlobWriter` needs of a queue's connection watch: ``wait`` for the client to be back, on the
+    write's session (another session means the write's ephemeral nodes are gone: SessionLostError)."""
+
+    def __init__(self, client: KazooClient, session: int | None, what: str) -> None:
+        self._client = client
+        self._session = session
+        self._what = what
+
+    def wait(self, timeout: float) -> bool:
+        await_session(self._client, self._session, self._what, ConnectionLoss())
+        return True
 
 
 class Encoder:
@@ -252,9 +282,25 @@ class PartitionWriter:
         self._budget = limit - protocol.REQUEST_HEADER_BYTES - protocol.MULTI_HEADER_BYTES
         if self.scope_path is not None:
             self._budget -= _MARKER_RESERVE
+        self._acl = client.default_acl or None
+        self._base_sizes: dict[str, int] = {}  # op_size is costly per row; it is constant per prefix plus the data
+        self._large: LargeItems | None = options.large_item_settings()
+        self._blobs: BlobWriter | None = None
+
+    def _base(self, prefix: str) -> int:
+        """Bytes a sequential create at ``prefix`` adds to a multi, without its data."""
+        base = self._base_sizes.get(prefix)
+        if base is None:
+            base = protocol.op_size(protocol.CreateOp(prefix, b"", self._acl, False, True), self.client)
+            if len(self._base_sizes) < 10_000:
+                self._base_sizes[prefix] = base
+        return base
 
     # -- grouping
     def _nodes(self, pairs: Iterable[tuple[str, bytes]]) -> Iterator[_Node]:
+        if self._large is not None:
+            yield from self._sized_nodes(pairs)
+            return
         per_node = self.options.items_per_node
         current: _Node | None = None
         for row, (prefix, payload) in enumerate(pairs):
@@ -268,26 +314,55 @@ class PartitionWriter:
         if current is not None:
             yield current
 
+    def _sized_nodes(self, pairs: Iterable[tuple[str, bytes]]) -> Iterator[_Node]:
+        """Nodes with largeItems: a row too big for a znode of its own is a large node between the others, and a
+        node is cut before it would grow past the limit."""
+        per_node = self.options.items_per_node
+        budget = self._budget
+        current: _Node | None = None
+        for row, (prefix, payload) in enumerate(pairs):
+            room = budget - self._base(prefix)
+            if framing.FRAME_OVERHEAD + framing.ITEM_OVERHEAD + len(payload) > room:
+                if current is not None:
+                    yield current
+                    current = None
+                yield _Node(prefix, [payload], row, large=True)
+                continue
+            if current is not None and (current.prefix != prefix or len(current.payloads) >= per_node
+                                        or current.size + framing.ITEM_OVERHEAD + len(payload) > room):
+                yield current
+                current = None
+            if current is None:
+                current = _Node(prefix, [payload], row, framing.FRAME_OVERHEAD + framing.ITEM_OVERHEAD + len(payload))
+            else:
+                current.payloads.append(payload)
+                current.size += framing.ITEM_OVERHEAD + len(payload)
+        if current is not None:
+            yield current
+
     def _chunks(self, nodes: Iterable[_Node]) -> Iterator[_Chunk]:
         limit = self.options.nodes_per_multi
         ops: list[Any] = []
         rows = 0
         first_row = 0
         used = 0
-        acl = self.client.default_acl or None
-        base_sizes: dict[str, int] = {}  # op_size is costly per row; it is constant per prefix plus the data
+        acl = self._acl
         for node in nodes:
             data = framing.encode_items(node.payloads)
+            if node.large:
+                if ops:
+                    yield self._chunk(ops, rows, first_row)
+                    ops, rows, used = [], 0, 0
+                yield self._large_chunk(node, data)
+                continue
             op = protocol.CreateOp(node.prefix, data, acl, False, True)
-            base = base_sizes.get(node.prefix)
-            if base is None:
-                base = protocol.op_size(protocol.CreateOp(node.prefix, b"", acl, False, True), self.client)
-                if len(base_sizes) < 10_000:
-                    base_sizes[node.prefix] = base
+            base = self._base(node.prefix)
             size = base + len(data)
             if size > self._budget:
-                raise ItemTooLargeError(len(data), self._budget - (size - len(data)),
-                                        f"row {node.first_row} ({len(node.payloads)} item(s) in one znode)")
+                hint = ("lower itemsPerNode, or set option largeItems=true" if len(node.payloads) > 1
+                        else "set option largeItems=true to store such rows as large items")
+                raise ItemTooLargeError(len(data), self._budget - base,
+                                        f"row {node.first_row} ({len(node.payloads)} item(s) in one znode; {hint})")
             if ops and (len(ops) >= limit or used + size > self._budget):
                 yield self._chunk(ops, rows, first_row)
                 ops, rows, used = [], 0, 0
@@ -307,6 +382,14 @@ class PartitionWriter:
             ops = [protocol.CreateOp(marker, str(rows).encode(), None, False, False), *ops]
         return _Chunk(ops, rows, nodes, first_row, marker)
 
+    def _large_chunk(self, node: _Node, data: bytes) -> _Chunk:
+        assert self._large is not None
+        if len(data) > self._large.max_item_bytes:
+            raise ItemTooLargeError(len(data), self._large.max_item_bytes,
+                                    f"row {node.first_row} (a large item; option maxItemBytes)")
+        marker = None if self.scope_path is None else f"{self.scope_path}/p{self.partition}-r{node.first_row}"
+        return _Chunk([], 1, 1, node.first_row, marker, large=(node.prefix, data))
+
     # -- sending
     def _call(self, call: Any) -> Any:
         """``call()``, sent again after a connection loss once the client is back on this write's session."""
@@ -320,6 +403,15 @@ class PartitionWriter:
         window: list[tuple[_Chunk, Any]] = []
         inflight = 1 if self.options.max_items is not None else self.options.inflight
         for chunk in self._chunks(self._nodes(pairs)):
+            if chunk.large is not None:
+                # Everything sent before it must be settled (a re-sent multi would land after it), and it is
+                # committed before anything newer is sent.
+                while window:
+                    self._finish(*window.pop(0))
+                if self.options.max_items is not None:
+                    self._wait_for_room(1)
+                self._put_large(chunk)
+                continue
             if self.options.max_items is not None:
                 self._wait_for_room(chunk.nodes)
             window.append((chunk, protocol.run_multi_async(self.client, chunk.ops)))
@@ -331,6 +423,59 @@ class PartitionWriter:
         while window:
             self._finish(*window.pop(0))
         return self.stats
+
+    def _blob_writer(self) -> BlobWriter:
+        if self._blobs is None:
+            from zkqueue.engine.context import QueueContext  # noqa: PLC0415
+            from zkqueue.engine.stats import Counters  # noqa: PLC0415
+
+            assert self._large is not None
+            path = self.options.path
+            closing = threading.Event()
+            ctx = QueueContext(
+                client=self.client,
+                queue_path=path,
+                lock_path=None,
+                quarantine_path=path + "-quarantine",
+                receipt_path=path + "-receipts",
+                acl=self._acl,
+                jute_max_buffer=self.options.jute_max_buffer,
+                lock_names="qualified",
+                counters=Counters(),
+                connection=_Connection(self.client, self._session, f"sink write to {path}"),  # type: ignore[arg-type]
+                closing=closing,
+                is_running=lambda: not closing.is_set(),
+                chroot_len=len((getattr(self.client, "chroot", None) or "").encode("utf-8")),
+            )
+            self._blobs = BlobWriter(ctx, self._large)
+        return self._blobs
+
+    def _put_large(self, chunk: _Chunk) -> None:
+        """Store one large row through the engine's blob writer (its marker in the commit multi with dedupe)."""
+        assert chunk.large is not None
+        prefix, data = chunk.large
+        writer = self._blob_writer()
+        marker = chunk.marker
+        # With dedupe the marker commits with the reference item, so a large row is exactly-once like the others.
+        extra = [] if marker is None else [create_op(marker, b"1")]
+        try:
+            if marker is not None and self._call(lambda: self.client.exists(marker)) is not None:
+                raise NodeExistsError(marker)  # committed before: no need to write the blob again
+            path = self._call(lambda: writer.put(data, prefix, extra_ops=extra))
+        except NodeExistsError:
+            if marker is None:
+                raise
+            self.stats.deduped += 1
+            log.info("large row %d of partition %d was already written (marker %s); skipped", chunk.first_row,
+                     self.partition, chunk.marker)
+            return
+        except NoAuthError as exc:
+            raise QueuePermissionError(f"ZooKeeper refused a create under {self.options.path}: {exc!r}") from exc
+        self.stats.rows += 1
+        self.stats.nodes += 1
+        self.stats.large_items += 1
+        log.debug("row %d of partition %d (%d bytes framed) stored as large item %s", chunk.first_row,
+                  self.partition, len(data), path)
 
     def _send(self, chunk: _Chunk) -> Any:
         return self._call(lambda: protocol.run_multi(self.client, chunk.ops))
