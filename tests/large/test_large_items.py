@@ -298,3 +298,44 @@ def test_pull_mode_returns_large_items_read(zk_client) -> None:
         q.complete_nodes([o])
         assert _until(lambda: zk_client.get_children("/pull-blobs") == [])
     assert zk_client.get_children("/pull") == []
+
+
+@pytest.mark.parametrize("sent", [True, False], ids=["reply-lost", "never-sent"])
+def test_a_put_whose_commit_is_lost_stores_the_item_once(zk_client, monkeypatch, sent) -> None:
+    """The commit multi's reply is lost after it committed (the blob's state says so: no second commit), or the
+    commit never reached the server (the put goes on step by step and commits once)."""
+    payload = os.urandom(3 * MiB)
+    real = protocol.send_multi
+    hit = threading.Event()
+
+    class Lost:
+        def __init__(self, pending: Any) -> None:
+            self._pending = pending
+
+        def result(self, timeout: float | None = None) -> Any:
+            if self._pending is not None:
+                self._pending.result(timeout)
+            raise ConnectionLoss("reply lost (test)")
+
+    def send_multi(client: Any, ops: Any, **kw: Any) -> Any:
+        ops = list(ops)
+        is_commit = any(isinstance(op, protocol.SetDataOp) and "/commit-blobs/" in op.path for op in ops)
+        if is_commit and not hit.is_set():
+            hit.set()
+            return Lost(real(client, ops, **kw) if sent else None)
+        return real(client, ops, **kw)
+
+    with _queue(zk_client, "/commit") as q:
+        q.put(b"first")
+        zk_client.ensure_path("/commit-blobs")  # so the first try is the pipelined one
+        monkeypatch.setattr(protocol, "send_multi", send_multi)
+        q.put(payload)
+        monkeypatch.undo()
+        assert hit.is_set()
+        assert q.stats().large_items_put == 1
+    assert len(zk_client.get_children("/commit")) == 2
+    assert len(zk_client.get_children("/commit-blobs")) == 1
+    got = Collect()
+    with _queue(zk_client, "/commit", got):
+        assert got.take(2) == [b"first", payload]
+    assert _until(lambda: zk_client.get_children("/commit-blobs") == [])

@@ -25,9 +25,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
-from zkqueue.engine.commit import CONNECTION_ERRORS, create_op, delete_op, map_error, run_multi_retrying
+from zkqueue.engine.commit import CONNECTION_ERRORS, check_op, create_op, delete_op, map_error, run_multi_retrying
 from zkqueue.engine.context import QueueContext
 from zkqueue.errors import ConfigurationError, CorruptItemError, ItemTooLargeError
 from zkqueue.formats import large_ref, naming
@@ -170,10 +170,8 @@ class BlobWriter:
         ctx = self._ctx
         blob = naming.join(self.root, "b-" + uuid.uuid4().hex)
         ref, chunks = large_ref.pack(data, blob, self._chunk, self.settings.compression)
-        self._create_blob(blob)
         try:
-            self._write_chunks(ref, chunks)
-            path = self._commit(ref, prefix, list(extra_ops))
+            path = self._write(ref, chunks, prefix, list(extra_ops))
         except BaseException:
             # The blob stays for the reaper (its owner goes with this session, or now): never a half item.
             self._drop_owner(blob)
@@ -186,10 +184,78 @@ class BlobWriter:
                   ref.compression, ref.chunks, path)
         return path
 
+    def _write(self, ref: BlobRef, chunks: Sequence[memoryview], prefix: str, extra_ops: list[Any]) -> str | None:
+        """Blob, chunks and commit, sent back to back without waiting between them: ZooKeeper applies one
+        session's requests in order, and the commit multi checks that every chunk exists, so it commits only
+        when all of them were written. The chunk replies are awaited to keep ``_WINDOW`` of them in flight.
+        When anything goes wrong (the blob root is missing on a first put, a lost connection), the put goes on
+        step by step from what is there."""
+        ctx = self._ctx
+        client, limit = ctx.client, ctx.jute_max_buffer
+        replies = [protocol.send_multi(client, self._blob_ops(ref.blob), limit=limit)]
+        inflight: list[Any] = []
+        failed = False
+        for index, chunk in enumerate(chunks):
+            op = create_op(large_ref.chunk_path(ref.blob, index), bytes(chunk), acl=ctx.acl)
+            inflight.append(protocol.send_multi(client, [op], limit=limit))
+            if len(inflight) >= _WINDOW and not self._settled(inflight.pop(0)):
+                failed = True
+                break
+        if not failed:
+            commit = protocol.send_multi(client, self._commit_ops(ref, prefix, extra_ops), limit=limit)
+            outcomes = [self._settled(r) for r in (*replies, *inflight)]
+            try:
+                result = commit.result()
+            except CONNECTION_ERRORS as exc:
+                if self._was_committed(ref, exc):
+                    return None  # the next reader records the reference's name
+                return self._careful(ref, chunks, prefix, extra_ops)
+            if result.ok:
+                return result.results[-1]
+            if result.failed_index is not None and result.failed_index < len(extra_ops):
+                self._discard(ref)  # it will never be committed
+                raise map_error(result.failure or RuntimeError(f"commit of {ref.blob} failed"))
+            if all(outcomes):
+                raise map_error(result.failure or RuntimeError(f"commit of {ref.blob} failed"))
+        else:
+            for r in (*replies, *inflight):
+                self._settled(r)
+        return self._careful(ref, chunks, prefix, extra_ops)
+
+    @staticmethod
+    def _settled(pending: Any) -> bool:
+        """Wait for one sent multi; whether it committed (an error or a lost reply counts as not)."""
+        try:
+            return bool(pending.result().ok)
+        except CONNECTION_ERRORS:
+            return False
+
+    def _careful(self, ref: BlobRef, chunks: Sequence[memoryview], prefix: str, extra_ops: list[Any]) -> str | None:
+        """The put step by step: create what is missing of the blob and its chunks, then commit."""
+        if not self._ctx.connection.wait(30.0):
+            raise ConnectionLoss(f"no connection to finish writing {ref.blob}")
+        self._create_blob(ref.blob)
+        self._write_chunks(ref, chunks)
+        return self._commit(ref, prefix, extra_ops)
+
+    def _blob_ops(self, blob: str) -> list[Any]:
+        ctx = self._ctx
+        return [create_op(blob, BlobState("writing", ctx.queue_path).encode(), acl=ctx.acl),
+                create_op(naming.join(blob, large_ref.OWNER), b"", ephemeral=True, acl=ctx.acl)]
+
+    def _commit_ops(self, ref: BlobRef, prefix: str, extra_ops: list[Any]) -> list[Any]:
+        """The commit multi: ``extra_ops``, a check of every chunk, the owner's delete, the blob marked committed
+        (it was created at version 0), the reference item (last)."""
+        state = BlobState("committed", self._ctx.queue_path, chunks=ref.chunks)
+        return [*extra_ops,
+                *(check_op(p) for p in ref.chunk_paths()),
+                delete_op(naming.join(ref.blob, large_ref.OWNER)),
+                protocol.SetDataOp(ref.blob, state.encode(), 0),
+                create_op(prefix, large_ref.encode_ref(ref), sequence=True, acl=self._ctx.acl)]
+
     def _create_blob(self, blob: str) -> None:
         ctx = self._ctx
-        ops = [create_op(blob, BlobState("writing", ctx.queue_path).encode(), acl=ctx.acl),
-               create_op(naming.join(blob, large_ref.OWNER), b"", ephemeral=True, acl=ctx.acl)]
+        ops = self._blob_ops(blob)
         for _attempt in range(3):
             result = run_multi_retrying(self._ctx, ops)
             if result.ok or (isinstance(result.failure, NodeExistsError) and result.failed_index == 0):
@@ -213,23 +279,25 @@ class BlobWriter:
             try:
                 result = pending.result()
             except CONNECTION_ERRORS:
-                result = run_multi_retrying(self._ctx, [create_op(large_ref.chunk_path(ref.blob, at), bytes(chunks[at]), acl=ctx.acl)])
-                if not result.ok and isinstance(result.failure, NodeExistsError):
-                    continue  # the lost request had committed (nobody else writes under our blob)
+                op = create_op(large_ref.chunk_path(ref.blob, at), bytes(chunks[at]), acl=ctx.acl)
+                result = run_multi_retrying(self._ctx, [op])
+            if not result.ok and isinstance(result.failure, NodeExistsError):
+                continue  # written by an earlier attempt (nobody else writes under our blob)
             if not result.ok:
                 raise map_error(result.failure or RuntimeError(f"chunk {at} of {ref.blob} failed"))
 
     def _commit(self, ref: BlobRef, prefix: str, extra_ops: list[Any]) -> str | None:
         ctx = self._ctx
-        state = BlobState("committed", ctx.queue_path, chunks=ref.chunks)
-        ops = [*extra_ops,
-               delete_op(naming.join(ref.blob, large_ref.OWNER)),
-               protocol.SetDataOp(ref.blob, state.encode(), 0),
-               create_op(prefix, large_ref.encode_ref(ref), sequence=True, acl=ctx.acl)]
-        try:
-            result = protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
-        except CONNECTION_ERRORS as exc:
-            return self._after_lost_commit(ref, exc)
+        ops = self._commit_ops(ref, prefix, extra_ops)
+        for attempt in range(3):
+            try:
+                result = protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
+                break
+            except CONNECTION_ERRORS as exc:
+                if self._was_committed(ref, exc):
+                    return None
+                if attempt == 2:
+                    raise  # not committed: the blob is left for the reaper once this session's owner is gone
         if not result.ok:
             if result.failed_index is not None and result.failed_index < len(extra_ops):
                 self._discard(ref)  # it will never be committed
@@ -244,16 +312,18 @@ class BlobWriter:
         except Exception:  # noqa: BLE001 - left for the reaper
             log.debug("could not delete the unneeded blob %s", ref.blob, exc_info=True)
 
-    def _after_lost_commit(self, ref: BlobRef, exc: BaseException) -> str | None:
-        """The commit's reply was lost: the blob's state tells whether it committed (it is set in that multi)."""
+    def _was_committed(self, ref: BlobRef, exc: BaseException) -> bool:
+        """A commit's reply was lost: the blob's state tells whether it committed (it is set in that multi).
+        Raises ``exc`` when the connection does not come back."""
         ctx = self._ctx
         log.warning("commit of large item %s lost its reply (%r); reading the blob's state", ref.blob, exc)
         if not ctx.connection.wait(30.0):
             raise exc
-        data, _stat = ctx.client.get(ref.blob)
-        if BlobState.decode(data).state != "writing":
-            return None  # committed; the next reader records the reference's name
-        raise exc  # not committed; the owner went with the session, so the reaper reclaims the blob
+        try:
+            data, _stat = ctx.client.get(ref.blob)
+        except NoNodeError:
+            return False
+        return BlobState.decode(data).state != "writing"
 
     def _drop_owner(self, blob: str) -> None:
         try:

@@ -37,7 +37,7 @@ OWNER = "owner"
 CHUNK_PREFIX = "c-"
 COMPRESSIONS = ("zlib", "none")
 #: Bytes of the payload tried first: when zlib does not shrink them below this ratio, the blob is stored raw.
-_SAMPLE_BYTES = 256 * 1024
+_SAMPLE_BYTES = 64 * 1024
 _WORTH_IT = 0.9
 _LEVEL = 1
 
@@ -130,7 +130,7 @@ class BlobState:
 
 
 def pack(frame: bytes, blob: str, chunk_size: int, compression: str) -> tuple[BlobRef, list[memoryview]]:
-    """Compress ``frame`` when that pays (zlib is skipped for data a sample shows to be incompressible) and cut it
+    """Compress ``frame`` when that pays (zlib is skipped for data whose first 64 KiB do not shrink) and cut it
     into chunks of at most ``chunk_size`` bytes; returns the reference and the chunks."""
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
