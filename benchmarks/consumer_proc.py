@@ -1,16 +1,23 @@
 """One benchmark consumer, run as its own process and ZooKeeper session:
 
     python -m benchmarks.consumer_proc --connect HOSTS --path P [--impl zkqueue|kazoo-queue|kazoo-locking]
-        [--lock-path L] [--count N] [--max-seconds X] [--batch-size B]
+        [--lock-path L] [--count N] [--max-seconds X] [--batch-size B] [--large-items] [--verify]
+        [--wait-empty PATH]
 
 Protocol on stdout (the same as the Curator peer's ``bench-consume``): ``READY`` once connected; it starts
 consuming on a ``GO`` line on stdin and stops at N items, at stdin EOF or after X seconds, then prints
 ``RESULT {json}`` with consumed, t_go, t_first, t_last (epoch seconds) and rss_kb (peak resident memory).
+
+For the large-items workload: ``--large-items`` turns the queue's large items on; ``--verify`` checks every item
+(its first 32 bytes are the SHA-256 of the rest) before counting it and adds ``digests`` (those 32 bytes in hex, in
+delivery order) and ``bad`` to the result; ``--wait-empty PATH``, once N items arrived, waits until PATH has no
+children (the queue's blobs deleted with their last ack) and adds ``t_drained``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -60,6 +67,37 @@ class Tally:
                 self.done.set()
 
 
+class Verify:
+    """Checks self-checking items (SHA-256 of the rest in the first 32 bytes), then hands them to ``tally``."""
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+        self.digests: list[str] = []
+        self.bad = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, item: bytes) -> None:
+        view = memoryview(item)
+        ok = len(item) >= 32 and hashlib.sha256(view[32:]).digest() == item[:32]
+        with self._lock:
+            self.digests.append(bytes(view[:32]).hex())
+            if not ok:
+                self.bad += 1
+        self.tally(item)
+
+
+def _wait_empty(client: KazooClient, path: str, timeout: float) -> float | None:
+    """Epoch time at which ``path`` was seen without children (or missing); None if not within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stat = client.exists(path)
+        if stat is None or stat.numChildren == 0:
+            return time.time()
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.002)
+
+
 def _watch_eof(stop: threading.Event) -> None:
     def run() -> None:
         for _ in sys.stdin:
@@ -69,7 +107,7 @@ def _watch_eof(stop: threading.Event) -> None:
     threading.Thread(target=run, name="stdin-eof", daemon=True).start()
 
 
-def _run_zkqueue(client: KazooClient, args: argparse.Namespace, tally: Tally, stop: threading.Event) -> Any:
+def _run_zkqueue(client: KazooClient, args: argparse.Namespace, tally: Any, stop: threading.Event) -> Any:
     from zkqueue.builder import QueueBuilder  # noqa: PLC0415
     from zkqueue.formats.serializers import BytesSerializer  # noqa: PLC0415
 
@@ -78,6 +116,8 @@ def _run_zkqueue(client: KazooClient, args: argparse.Namespace, tally: Tally, st
         b = b.batch_size(args.batch_size)
     if args.lock_path:
         b = b.lock_path(args.lock_path)
+    if args.large_items:
+        b = b.large_items(max_item_bytes=args.max_item_bytes)
     q = b.build_queue()
     q.start()
     return q
@@ -114,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int)
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--batch-size", type=int, default=None, help="default: the library's")
+    parser.add_argument("--large-items", action="store_true", help="zkqueue: QueueBuilder.large_items(...) on")
+    parser.add_argument("--max-item-bytes", type=int, default=64 * 2**20, help="with --large-items")
+    parser.add_argument("--verify", action="store_true",
+                        help="zkqueue: check each item (its first 32 bytes are the SHA-256 of the rest)")
+    parser.add_argument("--wait-empty", metavar="PATH",
+                        help="after the count: wait until PATH has no children, report t_drained")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
@@ -130,17 +176,24 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     _watch_eof(stop)
     tally = Tally(args.count)
+    verify = Verify(tally) if args.verify and args.impl == "zkqueue" else None
     t_go = time.time()
     queue = None
     if args.impl == "zkqueue":
-        queue = _run_zkqueue(client, args, tally, stop)
+        queue = _run_zkqueue(client, args, verify or tally, stop)
         deadline = time.monotonic() + args.max_seconds
         while not tally.done.is_set() and not stop.is_set() and time.monotonic() < deadline:
             tally.done.wait(0.02)
     else:
         _run_kazoo(client, args, tally, stop)
-    result = {"consumed": tally.n, "t_go": t_go, "t_first": tally.first, "t_last": tally.last,
-              "rss_kb": peak_rss_kb()}
+    t_drained = _wait_empty(client, args.wait_empty, 30.0) if args.wait_empty and tally.done.is_set() else None
+    result: dict[str, Any] = {"consumed": tally.n, "t_go": t_go, "t_first": tally.first, "t_last": tally.last,
+                              "rss_kb": peak_rss_kb()}
+    if t_drained is not None:
+        result["t_drained"] = t_drained
+    if verify is not None:
+        result["digests"] = list(verify.digests)
+        result["bad"] = verify.bad
     if queue is not None:
         stats = queue.stats().as_dict()
         result["stats"] = {k: v for k, v in stats.items() if v}

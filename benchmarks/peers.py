@@ -6,12 +6,16 @@ Timing starts once clients are connected and queues started (JVM and interpreter
 - puts: from the first put until the last one completed (background puts: until flushed);
 - consumes: from the GO given to all consumer processes (each its own process and ZooKeeper session) until the
   last item was delivered to a consumer callback, over all consumers;
-- latency: put-to-callback time of each item at a fixed offered rate, producer and consumer in one process.
+- latency: put-to-callback time of each item at a fixed offered rate, producer and consumer in one process;
+- large items: put time (first put until the last returned) plus consume time (GO to the consumer process until
+  the last item was delivered, checked and deleted with its chunks); bare kazoo: its writes, then its reads,
+  checks and deletes. Rates are MB/s (10^6 bytes) of payload.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import logging
@@ -21,7 +25,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +40,11 @@ log = logging.getLogger("zkqueue.benchmarks.peers")
 
 #: The folder holding the ``benchmarks`` package, so consumer subprocesses import it from anywhere.
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+
+#: Bare kazoo's node size in the large-items workload (zkqueue's chunks are about 1,000,000 bytes).
+BARE_NODE_BYTES = 900_000
+#: Requests in flight in bare kazoo's pipelined writes, reads and deletes (zkqueue writes 4 chunks at once).
+BARE_WINDOW = 4
 
 
 @dataclass
@@ -179,9 +189,10 @@ class _PyConsumer:
 
 
 def drive_consumers(handles: list[Any], client: KazooClient, items_parent: str, max_seconds: float,
-                    expected: int | None = None) -> Run:
+                    expected: int | None = None, raw: list[dict[str, Any]] | None = None) -> Run:
     """Start ``handles`` together (all READY, then GO to all), wait until ``items_parent`` is empty, every handle
-    reported on its own, or the time cap; stop them and merge their results into one Run."""
+    reported on its own, or the time cap; stop them and merge their results into one Run. Each handle's own
+    RESULT is appended to ``raw`` when given."""
     try:
         for h in handles:
             h.wait_ready()
@@ -196,6 +207,8 @@ def drive_consumers(handles: list[Any], client: KazooClient, items_parent: str, 
         for h in handles:
             h.stop()
         results = [h.result(60) for h in handles]
+        if raw is not None:
+            raw.extend(results)
     finally:
         for h in handles:
             with contextlib.suppress(Exception):
@@ -254,8 +267,44 @@ class Impl:
     def raw_creates(self, path: str, count: int, max_seconds: float) -> Run:
         raise Unsupported("no bare ZooKeeper client")
 
+    def large_items(self, path: str, payloads: list[bytes], max_seconds: float, client: KazooClient) -> Run:
+        """Put ``payloads`` (items over one znode, self-checking: see ``workloads.large_payloads``), then consume
+        them lock-safe; ``max_seconds`` caps each of the two phases."""
+        raise Unsupported("no large items")
+
     def close(self) -> None:
         pass
+
+
+def _mb_s(nbytes: int, seconds: float) -> float | None:
+    return round(nbytes / 1e6 / seconds, 2) if seconds > 0 else None
+
+
+def _large_extra(item_bytes: int, put: int, consumed: int, put_seconds: float,
+                 consume_seconds: float) -> dict[str, Any]:
+    """The large-items numbers shared by both implementations; ``mb_s`` is the workload's metric."""
+    return {
+        "item_bytes": item_bytes,
+        "bytes": consumed * item_bytes,
+        "put_seconds": round(put_seconds, 6),
+        "consume_seconds": round(consume_seconds, 6),
+        "put_mb_s": _mb_s(put * item_bytes, put_seconds),
+        "consume_mb_s": _mb_s(consumed * item_bytes, consume_seconds),
+        "mb_s": _mb_s(consumed * item_bytes, put_seconds + consume_seconds),
+    }
+
+
+def _pipelined(calls: Iterable[Callable[[], Any]], window: int, timeout: float = 120.0) -> list[Any]:
+    """Run kazoo ``*_async`` calls with at most ``window`` in flight; their results in order (errors raise)."""
+    results: list[Any] = []
+    inflight: deque[Any] = deque()
+    for call in calls:
+        if len(inflight) >= window:
+            results.append(inflight.popleft().get(timeout=timeout))
+        inflight.append(call())
+    while inflight:
+        results.append(inflight.popleft().get(timeout=timeout))
+    return results
 
 
 class ZkqueueImpl(Impl):
@@ -357,6 +406,93 @@ class ZkqueueImpl(Impl):
         values = sorted(v * 1000 for v in lat if v is not None)
         return _latency_run(total, values, offered)
 
+    def large_items(self, path: str, payloads: list[bytes], max_seconds: float, client: KazooClient) -> Run:
+        """``QueueBuilder.large_items()``: the items put one after the other by a producer in this process (a
+        large put returns once its reference item committed), then drained by ONE lock-safe consumer process (its
+        own session, started and connected before the puts) that checks every item; the consume time runs until
+        the last item's blob was deleted with its ack. The consumer's peak RSS is ``rss_mb_max``."""
+        from zkqueue.builder import QueueBuilder  # noqa: PLC0415
+        from zkqueue.engine.blobs import blob_root  # noqa: PLC0415
+        from zkqueue.formats.serializers import BytesSerializer  # noqa: PLC0415
+
+        qpath = path + "/q"
+        item_bytes = len(payloads[0]) if payloads else 0
+        max_item = max(64 * 2**20, item_bytes + 2**20)
+        argv = [sys.executable, "-m", "benchmarks.consumer_proc", "--connect", self.connect, "--path", qpath,
+                "--impl", "zkqueue", "--lock-path", path + "/locks", "--large-items", "--max-item-bytes",
+                str(max_item), "--verify", "--wait-empty", blob_root(qpath), "--max-seconds", str(max_seconds)]
+        consumer = _PyConsumer([*argv, "--count", str(len(payloads))])
+        try:
+            consumer.wait_ready()
+            with _connected(self.connect, zkqueue_handler=True) as pclient:
+                q = (QueueBuilder.builder(pclient, None, BytesSerializer(), qpath)
+                     .large_items(max_item_bytes=max_item).build_queue())
+                q.start()
+                try:
+                    put = 0
+                    t0 = time.perf_counter()
+                    deadline = t0 + max_seconds
+                    for item in payloads:
+                        if time.perf_counter() >= deadline:
+                            break
+                        q.put(item)
+                        put += 1
+                    flushed = q.flush_puts(30)
+                    put_seconds = time.perf_counter() - t0
+                    stats = q.stats()
+                finally:
+                    q.close()
+            if stats.put_failed:
+                raise RuntimeError(f"zkqueue: {stats.put_failed} large puts failed")
+            stored = _first_ref(client, qpath)
+        except BaseException:
+            consumer.kill()
+            raise
+        if put < len(payloads):  # (the consumer then stops when the queue is empty: partial)
+            log.warning("large items: only %d of %d put within %.0f s", put, len(payloads), max_seconds)
+        raw: list[dict[str, Any]] = []
+        run = drive_consumers([consumer], client, qpath, max_seconds, put, raw=raw)
+        (res,) = raw
+        consumed = run.items
+        end = res.get("t_drained") or res.get("t_last") or 0.0
+        consume_seconds = float(end) - float(res["t_go"]) if consumed else max_seconds
+        expected = [p[:32].hex() for p in payloads[:put]]
+        digests = list(res.get("digests", []))
+        known = set(expected)
+        unknown = [d for d in digests if d not in known]
+        if res.get("bad") or unknown or len(set(digests)) != len(digests):
+            raise RuntimeError(f"zkqueue large items: {res.get('bad')} corrupt, {len(unknown)} unknown, "
+                               f"{len(digests) - len(set(digests))} delivered twice")
+        extra = _large_extra(item_bytes, put, consumed, put_seconds, consume_seconds)
+        extra.update({
+            "verified": len(digests),
+            "in_order": digests == expected[: len(digests)],
+            "drained": "t_drained" in res,
+            "first_item_seconds": round(float(res["t_first"]) - float(res["t_go"]), 6) if consumed else None,
+            "rss_mb_max": run.extra.get("rss_mb_max"),
+            "left_in_queue": run.extra.get("left_in_queue"),
+            "large_items_put": stats.large_items_put,
+            **stored,
+        })
+        if run.extra.get("stats"):
+            extra["consumer_stats"] = run.extra["stats"][0]
+        complete = put == len(payloads) and flushed and run.complete and "t_drained" in res
+        return Run(consumed, put_seconds + consume_seconds, complete=complete, extra=extra)
+
+
+def _first_ref(client: KazooClient, qpath: str) -> dict[str, Any]:
+    """How the first queued item is stored (chunks, compression, stored bytes); untimed, between put and GO."""
+    from zkqueue.formats import large_ref  # noqa: PLC0415
+
+    try:
+        names = sorted(client.get_children(qpath))
+        data, _ = client.get(f"{qpath}/{names[0]}")
+        ref = large_ref.decode_ref(data)
+        return {"chunks_per_item": ref.chunks, "compression": ref.compression, "stored_bytes": ref.stored}
+    except Exception as exc:  # noqa: BLE001 - descriptive only
+        log.debug("could not read the first large-item reference under %s: %r", qpath, exc)
+        return {}
+
 
 def _latency_run(total: int, values_ms: list[float], offered_seconds: float) -> Run:
     extra = {
@@ -405,6 +541,9 @@ class CuratorImpl(Impl):
                                         count=count if consumers == 1 else None, max_seconds=max_seconds)
                    for _ in range(consumers)]
         return drive_consumers(handles, client, path, max_seconds, count)
+
+    def large_items(self, path: str, payloads: list[bytes], max_seconds: float, client: KazooClient) -> Run:
+        raise Unsupported("Curator's queues store each item in one znode (1 MiB at most)")
 
     def latency(self, path: str, rate: float, duration: float, drain: float) -> Run:
         options = ["--rate", str(rate), "--duration-s", str(duration), "--size", str(self.size),
@@ -467,6 +606,37 @@ class KazooImpl(Impl):
             handles.append(_PyConsumer(argv))
         parent = f"{path}/entries" if lock_path else path
         return drive_consumers(handles, client, parent, max_seconds, count)
+
+    def large_items(self, path: str, payloads: list[bytes], max_seconds: float, client: KazooClient) -> Run:
+        """Bare kazoo, no recipe (kazoo's queues refuse items over one znode): the same bytes written as 900 KB
+        persistent nodes (``create_async``, 4 in flight), then read back (``get_async``, 4 in flight), each item
+        joined and checked like zkqueue's consumer checks it, and deleted (``delete_async``, 4 in flight).
+        Put time: the writes; consume time: reads, checks and deletes. Runs in this process on kazoo's default
+        client (as the kazoo rows do); ``max_seconds`` is not applied (nothing here waits on a queue)."""
+        base = path + "/bare"
+        item_bytes = len(payloads[0]) if payloads else 0
+        pieces = [(i, off) for i, item in enumerate(payloads) for off in range(0, len(item), BARE_NODE_BYTES)]
+        paths = [f"{base}/n-{k:06d}" for k in range(len(pieces))]
+        with _connected(self.connect) as kc:
+            kc.ensure_path(base)
+            t0 = time.perf_counter()
+            _pipelined(((lambda p=p, i=i, o=o: kc.create_async(p, payloads[i][o:o + BARE_NODE_BYTES]))
+                        for p, (i, o) in zip(paths, pieces, strict=True)), BARE_WINDOW)
+            t1 = time.perf_counter()
+            reads = _pipelined(((lambda p=p: kc.get_async(p)) for p in paths), BARE_WINDOW)
+            got: list[list[bytes]] = [[] for _ in payloads]
+            for (i, _off), (data, _stat) in zip(pieces, reads, strict=True):
+                got[i].append(data)
+            joined = [b"".join(parts) for parts in got]
+            bad = sum(hashlib.sha256(memoryview(item)[32:]).digest() != item[:32] for item in joined)
+            _pipelined(((lambda p=p: kc.delete_async(p)) for p in paths), BARE_WINDOW)
+            t2 = time.perf_counter()
+        if bad or joined != payloads:  # (the byte-for-byte comparison is after the clock)
+            raise RuntimeError(f"bare kazoo: {bad} of {len(payloads)} items read back corrupt")
+        extra = _large_extra(item_bytes, len(payloads), len(payloads), t1 - t0, t2 - t1)
+        extra.update({"verified": len(payloads), "node_bytes": BARE_NODE_BYTES, "nodes": len(paths),
+                      "window": BARE_WINDOW, "client": "KazooClient (kazoo's default handler)"})
+        return Run(len(payloads), (t1 - t0) + (t2 - t1), extra=extra)
 
 
 IMPLS: dict[str, type[Impl]] = {"zkqueue": ZkqueueImpl, "curator": CuratorImpl, "kazoo": KazooImpl}

@@ -27,7 +27,7 @@ def summarize(runs: list[dict[str, Any]], metric: str) -> dict[str, Any]:
 def evaluate(result: dict[str, Any]) -> None:
     """Fill ``summary``, ``ratio`` and ``pass`` of one workload result (in place)."""
     kind = result["target"]["kind"]
-    metric = "p99_ms" if result["kind"] == "latency" else "rate"
+    metric = {"latency": "p99_ms", "large": "mb_s"}.get(result["kind"], "rate")
     for impl in result["impls"].values():
         if impl.get("runs"):
             impl["summary"] = summarize(impl["runs"], metric)
@@ -36,7 +36,10 @@ def evaluate(result: dict[str, Any]) -> None:
                 impl["p50_ms"] = summarize(impl["runs"], "p50_ms")["median"]
                 impl["rate_offered"] = summarize(impl["runs"], "offered_rate")["median"]
             if any("rss_mb_max" in r for r in impl["runs"]):
-                impl["rss_mb_max"] = max(r.get("rss_mb_max", 0) for r in impl["runs"])
+                impl["rss_mb_max"] = max(r.get("rss_mb_max") or 0 for r in impl["runs"])
+            if result["kind"] == "large":
+                impl["put_mb_s"] = summarize(impl["runs"], "put_mb_s")["median"]
+                impl["consume_mb_s"] = summarize(impl["runs"], "consume_mb_s")["median"]
     z = result["impls"].get("zkqueue", {}).get("summary", {}).get("median")
     c = result["impls"].get("curator", {}).get("summary", {}).get("median")
     result["ratio"] = None
@@ -44,6 +47,12 @@ def evaluate(result: dict[str, Any]) -> None:
     if kind == "ratio" and z and c:
         result["ratio"] = round(z / c, 2)
         result["pass"] = result["ratio"] >= result["target"]["value"]
+    elif kind == "bare":  # zkqueue against bare kazoo moving the same bytes
+        k = result["impls"].get("kazoo", {}).get("summary", {}).get("median")
+        if z and k:
+            result["ratio"] = round(z / k, 2)
+            result["pass"] = result["ratio"] >= result["target"]["value"] and not result["impls"]["zkqueue"].get(
+                "partial")
     elif kind == "latency" and z is not None and c is not None:
         result["ratio"] = round(c / z, 2) if z else None  # how many times lower zkqueue's p99 is
         result["pass"] = z <= c and not result["impls"]["zkqueue"].get("partial")
@@ -65,7 +74,7 @@ def _fmt_rate(v: float | None) -> str:
     return f"{v:,.1f}"
 
 
-def _cell(impl: dict[str, Any] | None, latency: bool) -> str:
+def _cell(impl: dict[str, Any] | None, latency: bool, large: bool = False) -> str:
     if impl is None:
         return "-"
     if impl.get("na"):
@@ -77,6 +86,10 @@ def _cell(impl: dict[str, Any] | None, latency: bool) -> str:
         return "-"
     if latency:
         text = f"{impl.get('p50_ms', 0):.1f} / {s['median']:.1f} ms"
+    elif large:
+        text = f"{_fmt_rate(s['median'])} MB/s"
+        if impl.get("rss_mb_max"):
+            text += f", RSS {impl['rss_mb_max']:.0f} MB"
     else:
         text = _fmt_rate(s["median"])
     if s.get("n", 0) > 1:
@@ -97,7 +110,7 @@ def table(report: dict[str, Any]) -> Table:
     for w in report["workloads"]:
         latency = w["kind"] == "latency"
         label = w["label"] + (" (p50 / p99)" if latency else "")
-        cells = [_cell(w["impls"].get(i), latency) for i in report["impls"]]
+        cells = [_cell(w["impls"].get(i), latency, w["kind"] == "large") for i in report["impls"]]
         ratio = w.get("ratio")
         if w["kind"] == "deep":
             ratio_text = "-" if w.get("ratio_to_curator") is None else f"{w['ratio_to_curator']:.1f}x"
@@ -105,6 +118,8 @@ def table(report: dict[str, Any]) -> Table:
                 ratio_text += f" ({ratio:.2f} of 10k rate)"
         elif latency and ratio is not None:
             ratio_text = f"{ratio:.1f}x lower p99"
+        elif w["target"]["kind"] == "bare":
+            ratio_text = "-" if ratio is None else f"{ratio:.2f}x of bare kazoo"
         elif w["kind"] == "ceiling":
             share = w.get("zkqueue_share")
             ratio_text = "-" if share is None else f"zkqueue put bg = {share:.2f} of it"
@@ -116,6 +131,35 @@ def table(report: dict[str, Any]) -> Table:
         first = row.get("value", "n/a")
         t.add_row(row["label"] + ("" if first != "n/a" else f" ({row.get('reason', '')})"), first,
                   *["n/a"] * (len(report["impls"]) - 1), "-", "(none)", "-")
+    return t
+
+
+def large_table(report: dict[str, Any]) -> Table | None:
+    """The large-items workload in detail: put and consume MB/s apart, and the consumer process's peak RSS."""
+    rows = [w for w in report["workloads"] if w["kind"] == "large"
+            and any(i.get("summary") for i in w["impls"].values())]
+    if not rows:
+        return None
+    settings = report["settings"]
+    t = Table(title=f"large items: {settings.get('large_count')} x {settings.get('large_size', 0) / 2**20:g} MiB "
+                    f"per run (MB/s = 10^6 bytes/s, median of {settings['repeats']})")
+    for col in ("implementation", "how", "put MB/s", "consume MB/s", "total MB/s", "consumer peak RSS"):
+        t.add_column(col, justify="left" if col in ("implementation", "how") else "right")
+    for w in rows:
+        for name, impl in w["impls"].items():
+            if not impl.get("summary"):
+                continue
+            first = impl["runs"][0]
+            if name == "kazoo":
+                how = (f"bare: {first.get('nodes')} nodes of {first.get('node_bytes', 0) // 1000} KB, "
+                       f"{first.get('window')} in flight")
+            else:
+                how = (f"lock-safe, 1 consumer process, {first.get('chunks_per_item', '?')} chunks/item, "
+                       f"{first.get('compression', '?')}")
+            rss = impl.get("rss_mb_max")
+            total = _fmt_rate(impl["summary"]["median"]) + (" (partial)" if impl.get("partial") else "")
+            t.add_row(IMPL_LABELS.get(name, name), how, _fmt_rate(impl.get("put_mb_s")),
+                      _fmt_rate(impl.get("consume_mb_s")), total, f"{rss:.0f} MB" if rss else "-")
     return t
 
 
@@ -168,8 +212,8 @@ def write_json(report: dict[str, Any], directory: Path, stamp: str) -> Path:
 
 def write_png(report: dict[str, Any], path: Path) -> Path | None:
     """Bars of items/s per workload and implementation (log scale), and latency p50/p99."""
-    if not any((w.get("impls") or {}) for w in report.get("workloads", [])):
-        return None  # nothing measured to draw (e.g. --only jobs)
+    if not any((w.get("impls") or {}) for w in report.get("workloads", []) if w["kind"] != "large"):
+        return None  # nothing measured to draw (e.g. --only jobs; large items are MB/s, in the tables only)
     try:
         import matplotlib  # noqa: PLC0415
 
@@ -179,7 +223,7 @@ def write_png(report: dict[str, Any], path: Path) -> Path | None:
         return None
     impls = report["impls"]
     colors = {"zkqueue": "#2a7ab9", "curator": "#d9822b", "kazoo": "#7a7a7a"}
-    rows = [w for w in report["workloads"] if w["kind"] != "latency"]
+    rows = [w for w in report["workloads"] if w["kind"] not in ("latency", "large")]  # (large: MB/s, in the table)
     lat = [w for w in report["workloads"] if w["kind"] == "latency"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * max(4, len(rows)) + 1.5),
                              gridspec_kw={"width_ratios": [3, 1]})
@@ -235,6 +279,9 @@ def write_png(report: dict[str, Any], path: Path) -> Path | None:
 def print_table(report: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     console.print(table(report))
+    large = large_table(report)
+    if large is not None:
+        console.print(large)
     jobs = jobs_table(report)
     if jobs is not None:
         console.print(jobs)

@@ -6,8 +6,10 @@ Consume workloads pre-fill their queue first (not timed), in each implementation
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +24,8 @@ from benchmarks.prefill import prefill, wipe
 
 log = logging.getLogger("zkqueue.benchmarks.workloads")
 
+MiB = 2**20
+
 
 @dataclass
 class Settings:
@@ -35,6 +39,8 @@ class Settings:
     latency_drain: float = 15.0
     deep_counts: tuple[int, ...] = ()  # e.g. (200_000, 1_000_000)
     deep_max_seconds: float = 900.0
+    large_count: int = 8  # items per run of the large-items workload
+    large_size: int = 10 * MiB  # bytes per large item
 
 
 @dataclass
@@ -42,7 +48,8 @@ class Target:
     """What zkqueue must reach on this workload (issue 6)."""
 
     text: str
-    kind: str  # "ratio" (zkqueue / curator >= value), "latency" (p99 <= curator's), "deep", "ceiling", "none"
+    kind: str  # "ratio" (zkqueue / curator >= value), "latency" (p99 <= curator's), "deep", "ceiling",
+    #            "bare" (zkqueue / bare kazoo >= value), "none"
     value: float = 0.0
 
 
@@ -52,11 +59,13 @@ class Workload:
     label: str
     impls: tuple[str, ...]
     target: Target
-    kind: str  # put | ceiling | consume | latency | deep | spark
+    kind: str  # put | ceiling | consume | latency | deep | large | spark
     params: dict[str, Any] = field(default_factory=dict)
     deep_only: bool = False
 
     def count(self, s: Settings) -> int:
+        if self.kind == "large":
+            return s.large_count
         return int(s.count * self.params.get("count_factor", 1))
 
     def run(self, impl: Impl, client: KazooClient, root: str, s: Settings, ctx: dict[str, Any]) -> Run:
@@ -91,7 +100,20 @@ class Workload:
         if self.kind == "latency":
             rate = ctx["latency_rate"]
             return impl.latency(path + "/q", rate, s.latency_seconds, s.latency_drain)
+        if self.kind == "large":
+            # the payloads are made before the run (untimed); the cap is per phase (put, consume)
+            return impl.large_items(path, large_payloads(self.count(s), s.large_size), s.max_seconds, client)
         raise ValueError(self.kind)
+
+
+def large_payloads(count: int, size: int) -> list[bytes]:
+    """``count`` incompressible items of ``size`` bytes that check themselves: the first 32 bytes are the SHA-256
+    of the rest (random bytes, so zlib's sample check stores them uncompressed)."""
+    out = []
+    for _ in range(count):
+        body = os.urandom(max(0, size - 32))
+        out.append(hashlib.sha256(body).digest() + body)
+    return out
 
 
 ALL_IMPLS = ("zkqueue", "curator", "kazoo")
@@ -116,12 +138,20 @@ def workloads(s: Settings) -> list[Workload]:
                  "consume", {"lock": True, "consumers": 4}),
         Workload("latency", "end-to-end latency p99", ("zkqueue", "curator"),
                  Target("p99 <= Curator's", "latency"), "latency", {}),
+        Workload("large_items", f"large items, {_size_text(s.large_size)}: put, then consume lock-safe (MB/s)",
+                 ALL_IMPLS, Target(">= 0.7x bare kazoo", "bare", 0.7), "large", {}),
     ]
     for n in s.deep_counts:
         label = f"deep queue drain, {n // 1000}k pending" if n < 1_000_000 else f"deep queue drain, {n // 1_000_000}M pending"
         w.append(Workload(f"deep_{n}", label, ("zkqueue", "curator"),
                           Target("drains; >= 50% of 10k rate", "deep", 0.5), "deep", {"pending": n}, deep_only=True))
     return w
+
+
+def _size_text(n: int) -> str:
+    if n % MiB == 0:
+        return f"{n // MiB} MiB"
+    return f"{n / MiB:.1f} MiB" if n >= MiB else f"{n / 1024:.0f} KiB"
 
 
 # ---------------------------------------------------------------------------------------------------------------
