@@ -39,7 +39,13 @@ def test_server_three_nodes_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         jvms = find_leftover_servers(owner=proc.pid)
         assert len(jvms) == 3
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        try:
+            code = proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _out, err = proc.communicate(timeout=30)
+            raise AssertionError(f"zkqueue server did not stop on Ctrl-C within 90 s; its stderr:\n{err[-4000:]}")
+        assert code == 0, proc.stderr.read()
         wait_for(lambda: not set(jvms) & set(find_leftover_servers()), timeout=30, message="JVMs left after Ctrl-C")
     finally:
         if proc.poll() is None:

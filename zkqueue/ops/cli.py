@@ -30,19 +30,22 @@ def main(verbose: int) -> None:
 def server(nodes: int, base_port: int | None, data_dir: str | None) -> None:
     """Run an embedded ZooKeeper in the foreground until Ctrl-C, and print its connect string."""
     stop = threading.Event()
+    # Both signals only set the event: the loop below sees it within half a second and the ensemble is closed
+    # on the way out (no KeyboardInterrupt raised at some arbitrary point of the shutdown).
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         ensemble = ZooKeeperEnsemble(size=nodes, base_port=base_port, directory=data_dir).start_all()
     except ZkQueueError as exc:
         raise click.ClickException(str(exc)) from exc
-    with ensemble:
-        click.echo(ensemble.connect_string)
-        click.echo(f"ZooKeeper ensemble of {nodes} running; Ctrl-C stops it.", err=True)
-        try:
+    try:
+        with ensemble:  # closed however the block ends: Ctrl-C wherever it lands, SIGTERM, an error
+            click.echo(ensemble.connect_string)
+            click.echo(f"ZooKeeper ensemble of {nodes} running; Ctrl-C stops it.", err=True)
             while not stop.wait(0.5):
                 pass
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass
     click.echo("stopped", err=True)
 
 
