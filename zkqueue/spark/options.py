@@ -6,6 +6,16 @@ arguments of :func:`zkqueue.spark.put_partition` (``id_column=...``): underscore
 compared case-insensitively, so ``idColumn``, ``idcolumn`` and ``id_column`` are the same option.
 
 Every invalid value raises :class:`~zkqueue.errors.ConfigurationError` naming the option.
+
+Column conventions (:meth:`SinkOptions.with_conventions`, applied once the DataFrame's schema is known) follow
+Spark's Kafka sink, which matches the names ``value`` and ``key`` exactly (case-sensitive):
+
+* no ``valueColumn`` option, and a ``string`` or ``binary`` column named ``value``: that column is the item
+  (raw bytes, or UTF-8 text), with serializer ``auto`` (the default), ``bytes`` or ``str``. The other columns
+  are not sent, except the kind's key column, which still names the node. A ``value`` column of another type,
+  or serializer ``json`` / ``module:Class``, keeps the old behaviour: the whole row goes to the serializer.
+* ``kind=id`` with no ``idColumn`` / ``keyColumn`` option: the ``id`` column as before; without one, a
+  ``string``, ``binary`` (UTF-8) or integer column named ``key``. Other kinds never use ``key``.
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zkqueue.formats import large_ref, naming
@@ -29,6 +39,15 @@ BUILTIN_SERIALIZERS = ("auto", "bytes", "str", "json")
 DEFAULT_MAX_ITEM_BYTES = 64 * 2**20
 #: Default key column per queue kind.
 DEFAULT_KEY_COLUMN = {"priority": "priority", "delay": "delay_until", "id": "id"}
+#: Column names of Spark's Kafka sink that the zkqueue sink follows (see the module docstring).
+VALUE_CONVENTION = "value"
+KEY_CONVENTION = "key"
+#: Spark type names (``DataType.typeName()``) of a ``value`` column that is the item by convention.
+CONVENTION_VALUE_TYPES = ("string", "binary")
+#: ... and of a ``key`` column that is the id (kind=id) by convention.
+CONVENTION_KEY_TYPES = ("string", "binary", "byte", "short", "integer", "long")
+#: Serializers that encode one column (bytes / str): only with these is a ``value`` column the item by itself.
+_COLUMN_SERIALIZERS = ("auto", "bytes", "str")
 
 #: Option names (lower case, no underscores) and what they mean; the README lists them too.
 KNOWN = {
@@ -36,11 +55,13 @@ KNOWN = {
     "path": "queue path (save(path) / start(path) set it)",
     "queuepath": "queue path, when not given to save()/start()",
     "kind": "plain (default), priority, delay or id",
-    "keycolumn": "column holding the priority / delay epoch / id (default: priority, delay_until, id)",
+    "keycolumn": "column holding the priority / delay epoch / id (default: priority, delay_until, id; for kind=id "
+                 "a column 'key' when there is no column 'id')",
     "prioritycolumn": "alias of keyColumn for kind=priority",
     "delaycolumn": "alias of keyColumn for kind=delay",
     "idcolumn": "alias of keyColumn for kind=id",
-    "valuecolumn": "binary or string column used as the item; absent: the whole row as JSON",
+    "valuecolumn": "binary or string column used as the item; absent: a binary or string column 'value' (as Kafka's "
+                   "sink), else the whole row as JSON",
     "serializer": "auto (default), bytes, str, json or 'module:Class' (a QueueSerializer, built with no args)",
     "itemspernode": "items framed into one znode (Curator putMulti), default 1",
     "batchsize": "znodes per multi transaction, default 1000 (also cut by jute.maxbuffer)",
@@ -181,6 +202,7 @@ class SinkOptions:
     large_items: bool = False
     max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
     large_item_compression: str = "zlib"
+    key_column_given: bool = False  # keyColumn / <kind>Column was set (then no 'key' fallback for kind=id)
 
     def large_item_settings(self) -> Any:
         """The engine's :class:`~zkqueue.engine.blobs.LargeItems` for these options (None unless largeItems)."""
@@ -224,8 +246,11 @@ class SinkOptions:
         if kind not in KINDS:
             raise ConfigurationError(f"option kind: expected one of {KINDS}, got {kind!r}")
         key_column = None
+        key_column_given = False
         if kind != "plain":
-            key_column = opts.get("keycolumn") or opts.get(f"{kind}column") or DEFAULT_KEY_COLUMN[kind]
+            key_column = opts.get("keycolumn") or opts.get(f"{kind}column") or None
+            key_column_given = key_column is not None
+            key_column = key_column or DEFAULT_KEY_COLUMN[kind]
         serializer = opts.get("serializer", "auto").strip()
         if serializer.lower() in BUILTIN_SERIALIZERS:
             serializer = serializer.lower()
@@ -262,6 +287,7 @@ class SinkOptions:
             kind=kind,
             key_column=key_column,
             value_column=opts.get("valuecolumn") or None,
+            key_column_given=key_column_given,
             serializer=serializer,
             items_per_node=_int(opts, "itemspernode", 1) or 1,
             batch_size=_int(opts, "batchsize", MAX_MULTI_OPS) or MAX_MULTI_OPS,
@@ -282,12 +308,47 @@ class SinkOptions:
             raise ConfigurationError(f"option maxItemBytes: {exc}") from None
         return options
 
+    def with_conventions(self, field_types: Mapping[str, str]) -> tuple[SinkOptions, list[str]]:
+        """These options with the Kafka sink's column conventions applied to a schema (``field_types``: column ->
+        Spark type name, in column order); see the module docstring. Returns the options to write with (``self``
+        when no convention applies) and notes on what was chosen, for the caller to log."""
+        changes: dict[str, Any] = {}
+        notes: list[str] = []
+        key_column = self.key_column
+        if self.kind == "id" and not self.key_column_given and KEY_CONVENTION in field_types:
+            key_type = field_types[KEY_CONVENTION]
+            if key_column in field_types:
+                notes.append(f"kind=id: column {key_column!r} is the id; column {KEY_CONVENTION!r} is not used "
+                             f"(option idColumn={KEY_CONVENTION} picks it)")
+            elif key_type in CONVENTION_KEY_TYPES:
+                key_column = changes["key_column"] = KEY_CONVENTION
+                notes.append(f"kind=id: column {KEY_CONVENTION!r} ({key_type}) is the id (no idColumn option, no "
+                             f"column {self.key_column!r})")
+        value_type = field_types.get(VALUE_CONVENTION)
+        if self.value_column is None and value_type is not None:
+            if value_type not in CONVENTION_VALUE_TYPES:
+                notes.append(f"column {VALUE_CONVENTION!r} is {value_type}, not string or binary: each row is sent "
+                             "as JSON (option valueColumn picks the item column)")
+            elif self.serializer not in _COLUMN_SERIALIZERS:
+                notes.append(f"serializer {self.serializer} gets each whole row; option valueColumn={VALUE_CONVENTION}"
+                             f" sends only column {VALUE_CONVENTION!r}")
+            else:
+                changes["value_column"] = VALUE_CONVENTION
+                unused = [name for name in field_types if name not in (VALUE_CONVENTION, key_column)]
+                notes.append(f"column {VALUE_CONVENTION!r} ({value_type}) is the item, as in Kafka's sink (option "
+                             f"valueColumn picks another)" + (f"; not sent: {unused}" if unused else ""))
+        return (replace(self, **changes) if changes else self), notes
+
     def check_schema(self, field_types: Mapping[str, str]) -> None:
         """Fail fast on the driver: the key and value columns must exist (``field_types``: name -> type name)."""
         if self.key_column is not None and self.key_column not in field_types:
+            hint = "option keyColumn"
+            if self.kind == "id" and not self.key_column_given:
+                hint = f"option idColumn / keyColumn, or a string, binary or integer column {KEY_CONVENTION!r}"
+                if KEY_CONVENTION in field_types:
+                    hint += f"; column {KEY_CONVENTION!r} is {field_types[KEY_CONVENTION]}"
             raise ConfigurationError(
-                f"kind={self.kind} needs column {self.key_column!r} (option keyColumn); the DataFrame has "
-                f"{sorted(field_types)}"
+                f"kind={self.kind} needs column {self.key_column!r} ({hint}); the DataFrame has {sorted(field_types)}"
             )
         if self.value_column is not None:
             kind = field_types.get(self.value_column)

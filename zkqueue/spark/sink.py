@@ -4,7 +4,10 @@ One task writes one partition:
 
 1. Each row becomes one payload (the ``valueColumn`` value, or the row as JSON, through the serializer) and one
    node-name prefix (``queue-``, or the priority / delay / id prefix from the key column, encoded exactly as
-   Curator's recipes do).
+   Curator's recipes do). Without a ``valueColumn`` option a string or binary column ``value`` is the item, and
+   for ``kind=id`` a column ``key`` is the id when there is no column ``id``, as in Spark's Kafka sink
+   (:meth:`~zkqueue.spark.options.SinkOptions.with_conventions`: the driver applies it to the DataFrame's
+   schema, :func:`row_pairs` to the first row's values).
 2. Consecutive rows with the same prefix are framed together, up to ``itemsPerNode`` per znode (Curator's
    ``putMulti`` format); with the default of 1 every row is one Curator ``put``.
 3. Nodes are grouped into multi transactions of up to ``batchSize`` creates, cut earlier so a request never
@@ -144,7 +147,7 @@ class Encoder:
         kind = self.options.kind
         if kind == "plain":
             return self._plain
-        cached = self._cache.get(key) if isinstance(key, (int, str)) and not isinstance(key, bool) else None
+        cached = self._cache.get(key) if isinstance(key, (int, str, bytes)) and not isinstance(key, bool) else None
         if cached is not None:
             return cached
         if key is None:
@@ -161,14 +164,20 @@ class Encoder:
                 f"row {row}: bad {kind} value {key!r} in column {self.options.key_column!r}: {exc}"
             ) from exc
         prefix = self.options.path + "/" + name
-        if len(self._cache) < 10_000 and isinstance(key, (int, str)):
+        if len(self._cache) < 10_000 and isinstance(key, (int, str, bytes)):
             self._cache[key] = prefix
         return prefix
 
 
 def _id_text(key: Any) -> str:
+    """An id that is not a str: an integer's digits, or binary decoded as UTF-8 (Kafka keys are often binary)."""
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(key).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"a binary id must be UTF-8: {exc}") from None
     if isinstance(key, bool) or not isinstance(key, int):
-        raise TypeError(f"an id must be a string or an integer, got {type(key).__name__}")
+        raise TypeError(f"an id must be a string, UTF-8 binary or an integer, got {type(key).__name__}")
     return str(key)
 
 
@@ -239,8 +248,22 @@ def _plain(value: Any, arrow_type: Any) -> Any:
     return value
 
 
+def _python_type(value: Any) -> str:
+    """The Spark type name matching a Python value of a row, as far as the column conventions care."""
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "binary"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "long"
+    return "void" if value is None else type(value).__name__
+
+
 def row_pairs(rows: Iterable[Any], encoder: Encoder) -> Iterator[tuple[str, bytes]]:
-    """(prefix, payload) per pyspark Row, dict or namedtuple."""
+    """(prefix, payload) per pyspark Row, dict or namedtuple. Rows carry no schema: the column conventions
+    (:meth:`SinkOptions.with_conventions`) are decided by the first row's columns and values."""
     options = encoder.options
     for row_index, row in enumerate(rows):
         if isinstance(row, dict):
@@ -251,6 +274,15 @@ def row_pairs(rows: Iterable[Any], encoder: Encoder) -> Iterator[tuple[str, byte
             record = row._asdict()
         else:
             raise SerializationError(f"row {row_index}: expected a pyspark Row or a dict, got {type(row).__name__}")
+        if row_index == 0:
+            types = {str(name): _python_type(value) for name, value in record.items()}
+            resolved, notes = options.with_conventions(types)
+            for note in notes:
+                log.debug("put to %s: %s", options.path, note)
+            if resolved is not options:
+                options = resolved
+                value_type = types.get(options.value_column) if options.value_column else None
+                encoder = Encoder(options, value_type)
         key = None
         if options.key_column is not None:
             if options.key_column not in record:
