@@ -115,18 +115,20 @@ def item_finish_ops(fence: str, lock: str, ops: Sequence[Any]) -> list[Any]:
 
 
 def removal_ops(queue_path: str, lock_path: str | None, name: str, *, curator_names: bool, lock_data: bytes = b"",
-                acl: Any = None) -> list[Any]:
-    """Ops that delete ``name`` only if no consumer holds it (Curator's ``tryRemove``)."""
+                acl: Any = None, version: int = -1) -> list[Any]:
+    """Ops that delete ``name`` (at ``version``, any by default) only if no consumer holds it (Curator's
+    ``tryRemove``)."""
     path = naming.join(queue_path, name)
     if lock_path is None:
-        return [delete_op(path)]
+        return [delete_op(path, version)]
     block = None if curator_names else naming.block_of(name)
     if block is not None:
         # The block check keeps block holders' items; an item lease's fence child makes the delete fail.
         block_lock = naming.join(lock_path, naming.block_lock_name(block, queue_path))
-        return [create_op(block_lock, lock_data, ephemeral=True, acl=acl), delete_op(block_lock), delete_op(path)]
+        return [create_op(block_lock, lock_data, ephemeral=True, acl=acl), delete_op(block_lock),
+                delete_op(path, version)]
     lock = naming.join(lock_path, naming.lock_name(name, queue_path, "curator" if curator_names else "qualified"))
-    return [create_op(lock, lock_data, ephemeral=True, acl=acl), delete_op(path), delete_op(lock)]
+    return [create_op(lock, lock_data, ephemeral=True, acl=acl), delete_op(path, version), delete_op(lock)]
 
 
 def held_items(items: Iterable[str], lock_names: Iterable[str], queue_path: str) -> set[str]:

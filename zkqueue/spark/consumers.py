@@ -37,6 +37,7 @@ from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.engine.leases import item_claim_ops, item_finish_ops
 from zkqueue.engine.queue import DEFAULT_BATCH_SIZE
 from zkqueue.errors import ConfigurationError
+from zkqueue.spark.multis import commit_groups
 from zkqueue.spark.clients import (
     DEFAULT_SESSION_TIMEOUT,
     SessionLostError,
@@ -278,19 +279,25 @@ def consume(
 
 
 # ----------------------------------------------------------------------------------------------- read_queue
-def _ordered(names: list[str], kind: str) -> list[str]:
+def ordered_names(names: list[str], kind: str, *, due_only: bool = True) -> list[str]:
+    """The item names of a ``kind`` queue in consumption order; for delay queues only those due now, unless
+    ``due_only`` is False."""
     items = [n for n in names if naming.is_item_name(n)]
     if kind == "priority":
         return sorted(items, key=naming.priority_sort_key)
     if kind == "delay":
+        ordered = sorted(items, key=naming.delay_sort_key)
+        if not due_only:
+            return ordered
         now = time.time_ns() // 1_000_000
-        return [n for n in sorted(items, key=naming.delay_sort_key) if naming.parse_delay_epoch(n) <= now]
+        return [n for n in ordered if naming.parse_delay_epoch(n) <= now]
     if kind == "id":
         return sorted(items, key=naming.id_sort_key)
     return sorted(items, key=lambda n: (naming.sequence_of(n) or -1, n))
 
 
-def _key_of(name: str, kind: str) -> Any:
+def key_of(name: str, kind: str) -> Any:
+    """The key a ``kind`` queue's item name carries: priority, due time (epoch ms) or id; None for plain."""
     if kind == "priority":
         return naming.parse_priority(name)
     if kind == "delay":
@@ -351,7 +358,7 @@ def read_queue(
         naming.validate_path(lock_path)
     client = get_client(_settings(hosts, session_timeout, auth, acl, chroot))
     try:
-        names = _ordered(client.get_children(path), kind)
+        names = ordered_names(client.get_children(path), kind)
     except NoNodeError:
         names = []
     token = os.urandom(8).hex()
@@ -406,7 +413,7 @@ def read_queue(
         for name, _version, payloads, _extra in keep:
             if name not in removed:
                 continue
-            key = _key_of(name, kind)
+            key = key_of(name, kind)
             for i, payload in enumerate(payloads):
                 out_names.append(name)
                 out_idx.append(i)
@@ -426,39 +433,6 @@ def read_queue(
     return spark.createDataFrame(table)
 
 
-def _commit_groups(client: Any, groups: list[list[Any]]) -> list[Any]:
-    """Commit each group of ops atomically: many groups per multi (pipelined); a multi that fails is re-sent
-    one group per multi, so one bad group costs only itself. Per group: ``True`` or the failing op's error."""
-    out: list[Any] = [None] * len(groups)
-    chunks: list[list[int]] = []
-    current: list[int] = []
-    ops_in = 0
-    for index, group in enumerate(groups):
-        if current and ops_in + len(group) > protocol.MAX_MULTI_OPS:
-            chunks.append(current)
-            current, ops_in = [], 0
-        current.append(index)
-        ops_in += len(group)
-    if current:
-        chunks.append(current)
-    pending = [(chunk, protocol.run_multi_async(client, [op for g in chunk for op in groups[g]])) for chunk in chunks]
-    retry: list[int] = []
-    for chunk, result in pending:
-        res = result.get()
-        if res.ok:
-            for g in chunk:
-                out[g] = True
-        elif len(chunk) == 1:
-            out[chunk[0]] = res
-        else:
-            retry.extend(chunk)
-    singles = [(g, protocol.run_multi_async(client, groups[g])) for g in retry]
-    for g, result in singles:
-        res = result.get()
-        out[g] = True if res.ok else res
-    return out
-
-
 def _lock(
     client: Any, path: str, lock_path: str, names: list[str], token: str
 ) -> tuple[list[str], dict[str, tuple[str, str]]]:
@@ -472,7 +446,7 @@ def _lock(
     held: list[str] = []
     locks: dict[str, tuple[str, str]] = {}
     missing_parent = False
-    for (name, _ops, lock, fence, lock_index), res in zip(plans, _commit_groups(client, [p[1] for p in plans])):
+    for (name, _ops, lock, fence, lock_index), res in zip(plans, commit_groups(client, [p[1] for p in plans])):
         if res is True:
             held.append(name)
             locks[name] = (lock, fence)
@@ -498,7 +472,7 @@ def _remove(client: Any, path: str, keep: list[tuple[str, int, list[bytes], list
             ops = item_finish_ops(fence, lock, ops)
         groups.append(ops)
     removed: set[str] = set()
-    for (name, _v, _p, _e), res in zip(keep, _commit_groups(client, groups)):
+    for (name, _v, _p, _e), res in zip(keep, commit_groups(client, groups)):
         if res is True:
             removed.add(name)
         else:
@@ -508,6 +482,6 @@ def _remove(client: Any, path: str, keep: list[tuple[str, int, list[bytes], list
 
 def _release(client: Any, held: list[tuple[str, str]]) -> None:
     groups = [[protocol.DeleteOp(fence), protocol.DeleteOp(lock)] for lock, fence in held]
-    for res in _commit_groups(client, groups):
+    for res in commit_groups(client, groups):
         if res is not True and not isinstance(res.failure, NoNodeError):
             log.warning("read_queue: releasing a lock failed: %r (it expires with the session)", res.failure)

@@ -1,0 +1,64 @@
+"""Groups of ops committed atomically, many groups per multi, for the Spark side (which has a bare kazoo client
+and no queue context): read_queue's locks and removals, the streaming source's staging."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zkqueue.engine.commit import op_size
+from zkqueue.transport import protocol
+
+
+class SentGroups:
+    """Groups sent by :func:`send_groups`; :meth:`results` waits for them (and re-sends failed multis)."""
+
+    def __init__(self, client: Any, groups: list[list[Any]], limit: int | None) -> None:
+        self._client = client
+        self._groups = groups
+        self._limit = limit
+        budget = protocol.jute_max_buffer(limit) - protocol.REQUEST_HEADER_BYTES - protocol.MULTI_HEADER_BYTES - 1024
+        chunks: list[list[int]] = []
+        current: list[int] = []
+        ops_in = used = 0
+        for index, group in enumerate(groups):
+            size = sum(op_size(op) for op in group)  # an upper estimate: cheap, and never over the limit
+            if current and (ops_in + len(group) > protocol.MAX_MULTI_OPS or used + size > budget):
+                chunks.append(current)
+                current, ops_in, used = [], 0, 0
+            current.append(index)
+            ops_in += len(group)
+            used += size
+        if current:
+            chunks.append(current)
+        self._pending = [(chunk, protocol.run_multi_async(client, [op for g in chunk for op in groups[g]],
+                                                          limit=limit)) for chunk in chunks]
+
+    def results(self) -> list[Any]:
+        """Per group: ``True`` or the failed multi's result (``failure``, ``failed_index`` within the group). A
+        multi that failed is re-sent one group per multi, so one bad group costs only itself."""
+        out: list[Any] = [None] * len(self._groups)
+        retry: list[int] = []
+        for chunk, result in self._pending:
+            res = result.get()
+            if res.ok:
+                for g in chunk:
+                    out[g] = True
+            elif len(chunk) == 1:
+                out[chunk[0]] = res
+            else:
+                retry.extend(chunk)
+        singles = [(g, protocol.run_multi_async(self._client, self._groups[g], limit=self._limit)) for g in retry]
+        for g, result in singles:
+            res = result.get()
+            out[g] = True if res.ok else res
+        return out
+
+
+def send_groups(client: Any, groups: list[list[Any]], *, limit: int | None = None) -> SentGroups:
+    """Send each group of ops to commit atomically, many groups per multi, pipelined; wait with ``results()``."""
+    return SentGroups(client, groups, limit)
+
+
+def commit_groups(client: Any, groups: list[list[Any]], *, limit: int | None = None) -> list[Any]:
+    """:func:`send_groups`, then wait: per group ``True`` or the failed multi's result."""
+    return send_groups(client, groups, limit=limit).results()
