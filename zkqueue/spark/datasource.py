@@ -98,7 +98,11 @@ class _WriterBase:
                 "cannot be overwritten"
             )
         types = _field_types(schema)
+        # Kafka's column conventions (a string/binary 'value' is the item; 'key' is the id): decided here, once.
+        options, notes = options.with_conventions(types)
         options.check_schema(types)
+        for note in notes:
+            log.info("zkqueue sink to %s: %s", options.path, note)
         self.options = options
         self.value_type = types.get(options.value_column) if options.value_column else None
 
@@ -228,7 +232,8 @@ def _delete_old_batches(options: SinkOptions, queries: set[str], batch_id: int) 
 
 
 class ZkQueueDataSource(DataSource):
-    """``format("zkqueue")``: a sink (batch and streaming) into a Curator-compatible ZooKeeper queue."""
+    """``format("zkqueue")``: a sink (batch and streaming) into a Curator-compatible ZooKeeper queue, and a
+    Structured Streaming source."""
 
     @classmethod
     def name(cls) -> str:
@@ -242,3 +247,16 @@ class ZkQueueDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> ZkQueueStreamWriter:  # noqa: N802 - Spark API
         return ZkQueueStreamWriter(self._sink_options(), schema, overwrite)
+
+    def schema(self) -> str:
+        """The streaming source's rows (see :mod:`zkqueue.spark.stream_source`): they depend on the queue kind."""
+        from zkqueue.spark.stream_source import source_schema  # noqa: PLC0415
+
+        kind = str(self.options.get("kind", "plain")).strip().lower()
+        return source_schema(kind)
+
+    def streamReader(self, schema: StructType) -> Any:  # noqa: N802 - Spark API
+        """``spark.readStream.format("zkqueue")``: durable claims into staging batches, exactly-once restarts."""
+        from zkqueue.spark.stream_source import SourceOptions, ZkQueueStreamReader  # noqa: PLC0415
+
+        return ZkQueueStreamReader(SourceOptions.from_options(self.options))

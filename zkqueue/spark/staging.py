@@ -1,0 +1,370 @@
+"""Durable claims of the Structured Streaming source: due items moved into numbered staging batches.
+
+For a queue ``/q`` and a stream consumer id ``c``::
+
+    /q-stream/c/owner                      ephemeral: the one live query of this consumer id
+    /q-stream/c/b0000000007                a staged batch (its data: a small JSON record)
+    /q-stream/c/b0000000007/s000000        a segment: many queue nodes (name and data each), in queue order
+    /q-stream/c/b0000000007/s000001-L      a segment holding large-item references (their blobs go with it)
+
+:meth:`Stage.stage` moves up to a limit of due items, in the queue's order, into a new batch. Each segment is one
+multi: the segment's create and the delete of every queue node it holds, each under its version (and, with a lock
+path, only if no lock-safe consumer holds it). So an item is in the queue or in exactly one segment, never both,
+and staging costs about one write per item. A staged node is outside the queue node, so no queue consumer
+(zkqueue or Curator) ever sees it. A queue node that cannot be decoded is moved to the queue's quarantine instead.
+
+Readers only read segments; :meth:`Stage.commit` deletes the batches Spark has committed (with the blobs of their
+large items). A batch that was staged but not committed is read again after a restart: a replay returns the same
+rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from zkqueue.engine import blobs
+from zkqueue.engine.commit import create_op, delete_op
+from zkqueue.engine.leases import removal_ops
+from zkqueue.errors import CorruptItemError, QueueStateError
+from zkqueue.formats import framing, large_ref, naming
+from zkqueue.spark.consumers import ordered_names
+from zkqueue.spark.multis import commit_groups
+from zkqueue.transport import protocol
+
+log = logging.getLogger("zkqueue.spark.staging")
+
+#: Names of staged batches: ``b`` and the batch number in 10 digits (so they sort by number).
+BATCH_PREFIX = "b"
+SEGMENT_PREFIX = "s"
+#: Suffix of a segment that holds large-item references.
+LARGE_SUFFIX = "-L"
+OWNER = "owner"
+#: Queue nodes read per multiRead while staging.
+_READ_CHUNK = 1000
+#: Room kept free in a segment's multi beyond the segment's data and the deletes.
+_SLACK = 16 * 1024
+#: Most ops in one segment's multi.
+_MAX_OPS = 3000
+#: Segment multis in flight.
+_WINDOW = 3
+#: The first five bytes of a one-item Curator frame: the version word and the item opcode.
+_ONE_ITEM_HEAD = framing.VERSION.to_bytes(4, "big") + bytes((framing.ITEM_OPCODE,))
+#: Upper estimate of the bytes one delete, check or lock op adds to a multi, beyond its path.
+_OP_BYTES = 64
+
+
+def stream_root(queue_path: str, consumer_id: str) -> str:
+    return f"{queue_path}-stream/{consumer_id}"
+
+
+def batch_name(number: int) -> str:
+    return f"{BATCH_PREFIX}{number:010d}"
+
+
+def batch_number(name: str) -> int | None:
+    digits = name[len(BATCH_PREFIX):]
+    return int(digits) if name.startswith(BATCH_PREFIX) and digits.isdigit() else None
+
+
+def item_count(data: bytes) -> int:
+    """Rows a queue node gives: its frame's items; a large item's reference counts as one (its blob is not read
+    while staging); a node that cannot be decoded, 0."""
+    if large_ref.is_ref(data):
+        return 1
+    if len(data) >= 10 and data[:5] == _ONE_ITEM_HEAD and data[-1] == framing.EOF_OPCODE \
+            and int.from_bytes(data[5:9], "big") == len(data) - 10:
+        return 1  # a single-item frame (what put() stores): no need to split it
+    try:
+        return len(framing.decode_items(data))
+    except CorruptItemError:
+        return 0
+
+
+def encode_segment(entries: Iterable[tuple[str, bytes]]) -> bytes:
+    """A segment's data: a Curator frame of (name, node data) pairs, in order."""
+    return framing.encode_items([part for name, data in entries for part in (name.encode(), data)])
+
+
+def decode_segment(data: bytes) -> list[tuple[str, bytes]]:
+    parts = framing.decode_items(data, strict=True)
+    if len(parts) % 2:
+        raise CorruptItemError(f"a staging segment holds {len(parts)} parts, not (name, data) pairs")
+    return [(parts[i].decode(), parts[i + 1]) for i in range(0, len(parts), 2)]
+
+
+@dataclass
+class _Entry:
+    name: str
+    data: bytes
+    version: int
+    rows: int
+    ops: list[Any]
+
+
+@dataclass
+class _Segment:
+    path: str
+    entries: list[_Entry] = field(default_factory=list)
+
+    def ops(self, acl: Any) -> list[Any]:
+        data = encode_segment((e.name, e.data) for e in self.entries)
+        return [create_op(self.path, data, acl=acl), *(op for e in self.entries for op in e.ops)]
+
+    def entry_at(self, op_index: int) -> int | None:
+        """The entry whose ops hold op ``op_index`` of :meth:`ops` (None: the segment's own create)."""
+        op_index -= 1
+        for i, e in enumerate(self.entries):
+            if op_index < len(e.ops):
+                return i if op_index >= 0 else None
+            op_index -= len(e.ops)
+        return None
+
+
+@dataclass
+class Stage:
+    """The staging area of one stream consumer of one queue (driver side)."""
+
+    client: Any
+    queue_path: str
+    consumer_id: str
+    kind: str = "plain"
+    lock_path: str | None = None
+    acl: Any = None
+    limit: int | None = None  # the server's jute.maxbuffer
+
+    def due(self, names: list[str]) -> list[str]:
+        """The due item names among ``names``, in consumption order."""
+        return ordered_names(names, self.kind)
+
+    @property
+    def root(self) -> str:
+        return stream_root(self.queue_path, self.consumer_id)
+
+    # ------------------------------------------------------------------------------------------ owner
+    def acquire(self, wait: float) -> None:
+        """Become the one live query of this consumer id: create the ephemeral owner node. An owner left by a
+        driver that died goes with its session; this waits up to ``wait`` seconds for that, then refuses."""
+        self.client.ensure_path(self.root, acl=self.acl)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.client.create(f"{self.root}/{OWNER}", b"", ephemeral=True, acl=self.acl)
+                return
+            except NodeExistsError:
+                if time.monotonic() >= deadline:
+                    raise QueueStateError(
+                        f"another streaming query is reading {self.queue_path} as consumer "
+                        f"{self.consumer_id!r} (its owner node {self.root}/{OWNER} is held by a live session); "
+                        "stop it or choose another consumerId"
+                    ) from None
+                time.sleep(0.25)
+
+    def release(self) -> None:
+        try:
+            self.client.delete(f"{self.root}/{OWNER}")
+        except NoNodeError:
+            pass
+
+    # ------------------------------------------------------------------------------------------ batches
+    def batches(self) -> list[int]:
+        """Numbers of the staged batches not committed yet, in order."""
+        try:
+            names = self.client.get_children(self.root)
+        except NoNodeError:
+            return []
+        return sorted(n for n in (batch_number(x) for x in names) if n is not None)
+
+    def staged(self, number: int) -> list[str]:
+        """Full paths of the segments of batch ``number``, in queue order."""
+        path = f"{self.root}/{batch_name(number)}"
+        try:
+            names = self.client.get_children(path)
+        except NoNodeError:
+            return []
+        return [naming.join(path, n) for n in sorted(n for n in names if n.startswith(SEGMENT_PREFIX))]
+
+    def stage(self, number: int, max_items: int | None, only: set[str] | None = None) -> int:
+        """Move up to ``max_items`` rows of due items (all when None; only names in ``only`` when given) into batch
+        ``number``; return how many rows were staged (0: nothing due, and no batch node is left behind)."""
+        try:
+            names = self.due(self.client.get_children(self.queue_path))
+        except NoNodeError:
+            return 0
+        if only is not None:
+            names = [n for n in names if n in only]
+        if not names:
+            return 0
+        batch = f"{self.root}/{batch_name(number)}"
+        try:
+            self.client.create(batch, json.dumps({"staged_at": time.time()}).encode(), acl=self.acl)
+        except NodeExistsError:
+            pass  # an earlier attempt of this batch number left it (the caller checked it had no segments)
+        rows = 0
+        inflight: list[tuple[_Segment, Any]] = []
+        for segment in self._segments(batch, names, max_items):
+            inflight.append((segment, protocol.send_multi(self.client, segment.ops(self.acl), limit=self.limit)))
+            if len(inflight) >= _WINDOW:
+                rows += self._settle(*inflight.pop(0))
+        while inflight:
+            rows += self._settle(*inflight.pop(0))
+        if rows == 0:
+            self._delete_batch(batch)
+        log.info("staged %d row(s) of %s into %s", rows, self.queue_path, batch)
+        return rows
+
+    def _segments(self, batch: str, names: list[str], max_items: int | None) -> Iterator[_Segment]:
+        """Segments of due nodes (read ahead a chunk at a time), each fitting one multi, until ``max_items``."""
+        budget = protocol.jute_max_buffer(self.limit) - _SLACK
+        planned = 0
+        index = 0
+        segment = _Segment(f"{batch}/{SEGMENT_PREFIX}{index:06d}")
+        used = ops = 0
+        chunks = [names[i : i + _READ_CHUNK] for i in range(0, len(names), _READ_CHUNK)]
+        read = protocol.send_multi_read(self.client, [naming.join(self.queue_path, n) for n in chunks[0]])
+        for k, chunk in enumerate(chunks):
+            reads = read.result()
+            if k + 1 < len(chunks):  # read ahead while this chunk's segments commit
+                read = protocol.send_multi_read(self.client, [naming.join(self.queue_path, n) for n in chunks[k + 1]])
+            for name, res in zip(chunk, reads):
+                if isinstance(res, BaseException):
+                    continue  # taken by someone else meanwhile
+                data, stat = res
+                count = item_count(data)
+                if count == 0:
+                    self._quarantine(name, data, stat.version)
+                    continue
+                if max_items is not None and planned and planned + count > max_items:
+                    if segment.entries:
+                        yield segment
+                    return
+                entry = _Entry(name, data, stat.version, count, self._move_ops(name, data, stat.version))
+                size = len(name) + len(data) + 10 + sum(4 * len(op.path) + _OP_BYTES for op in entry.ops)
+                if size > budget:
+                    log.error("queue node %s/%s (%d bytes) is too big to stage; left in the queue", self.queue_path,
+                              name, len(data))
+                    continue
+                if segment.entries and (used + size > budget or ops + len(entry.ops) > _MAX_OPS):
+                    yield segment
+                    index += 1
+                    segment = _Segment(f"{batch}/{SEGMENT_PREFIX}{index:06d}")
+                    used = ops = 0
+                segment.entries.append(entry)
+                if large_ref.is_ref(data) and not segment.path.endswith(LARGE_SUFFIX):
+                    segment.path += LARGE_SUFFIX
+                used += size
+                ops += len(entry.ops)
+                planned += count
+        if segment.entries:
+            yield segment
+
+    def _settle(self, segment: _Segment, pending: Any) -> int:
+        """Wait for a segment's multi; when it failed (an item was taken or changed by someone else meanwhile),
+        send it again without that item. Returns the rows staged."""
+        result = pending.result()
+        while not result.ok:
+            at = segment.entry_at(result.failed_index or 0)
+            if at is None or not isinstance(result.failure, (NoNodeError, NodeExistsError, BadVersionError)):
+                raise result.failure or RuntimeError(f"staging segment {segment.path} failed")
+            del segment.entries[at]  # lost a race for it: it stays where it is now
+            if not segment.entries:
+                return 0
+            result = protocol.run_multi(self.client, segment.ops(self.acl), limit=self.limit)
+        return sum(e.rows for e in segment.entries)
+
+    def _move_ops(self, name: str, data: bytes, version: int) -> list[Any]:
+        ops = removal_ops(self.queue_path, self.lock_path, name, curator_names=False, acl=self.acl, version=version)
+        if large_ref.is_ref(data):
+            try:
+                ops.extend(blobs.moving_ops(large_ref.decode_ref(data)))  # the reaper keeps a moving blob
+            except CorruptItemError:
+                pass
+        return ops
+
+    def _quarantine(self, name: str, data: bytes, version: int) -> None:
+        """A queue node that cannot be decoded goes to the queue's quarantine (as a queue consumer would do)."""
+        target = naming.join(self.queue_path + "-quarantine", name)
+        self.client.ensure_path(self.queue_path + "-quarantine", acl=self.acl)
+        ops = [create_op(target + "-", data, sequence=True, acl=self.acl),
+               *removal_ops(self.queue_path, self.lock_path, name, curator_names=False, acl=self.acl,
+                            version=version)]
+        (res,) = commit_groups(self.client, [ops], limit=self.limit)
+        if res is True:
+            log.error("queue node %s/%s cannot be decoded; moved to %s-quarantine", self.queue_path, name,
+                      self.queue_path)
+
+    def commit(self, upto: int) -> int:
+        """Delete the staged batches numbered ``upto`` or lower (with the blobs of their large items); return how
+        many were deleted."""
+        done = 0
+        for number in self.batches():
+            if number > upto:
+                break
+            self._delete_batch(f"{self.root}/{batch_name(number)}")
+            done += 1
+        return done
+
+    def _delete_batch(self, batch: str) -> None:
+        try:
+            names = self.client.get_children(batch)
+        except NoNodeError:
+            return
+        groups: list[list[Any]] = []
+        for name in sorted(names):
+            path = naming.join(batch, name)
+            group = [delete_op(path)]
+            if name.endswith(LARGE_SUFFIX):
+                group.extend(self._blob_removals(path))
+            groups.append(group)
+        for res in commit_groups(self.client, groups, limit=self.limit):
+            if res is not True and not isinstance(res.failure, NoNodeError):
+                log.warning("could not delete a staged segment of %s: %r", batch, res.failure)
+        try:
+            self.client.delete(batch)
+        except NoNodeError:
+            pass
+
+    def _blob_removals(self, segment: str) -> list[Any]:
+        try:
+            data, _stat = self.client.get(segment)
+            entries = decode_segment(data)
+        except (NoNodeError, CorruptItemError):
+            return []
+        ops: list[Any] = []
+        for _name, node in entries:
+            if large_ref.is_ref(node):
+                try:
+                    ops.extend(blobs.removal_ops(large_ref.decode_ref(node)))
+                except CorruptItemError:
+                    pass
+        return ops
+
+
+def decode_staged(client: Any, segments: Iterable[str]) -> Iterator[tuple[str, int, bytes]]:
+    """(queue node name, index in node, payload) of every item in ``segments``, in order. Large items are read
+    back from their blobs one at a time; a node that cannot be decoded is skipped and logged."""
+    for segment, res in zip(segments := list(segments), protocol.multi_read(client, segments) if segments else []):
+        if isinstance(res, BaseException):
+            log.warning("staging segment %s cannot be read: %r (skipped)", segment, res)
+            continue
+        try:
+            entries = decode_segment(res[0])
+        except CorruptItemError as exc:
+            log.error("staging segment %s is corrupt: %s (skipped)", segment, exc)
+            continue
+        for name, data in entries:
+            try:
+                if large_ref.is_ref(data):
+                    data = blobs.read_frame(client, large_ref.decode_ref(data))
+                payloads = framing.decode_items(data)
+            except CorruptItemError as exc:
+                log.error("staged item %s in %s is corrupt: %s (skipped)", name, segment, exc)
+                continue
+            for index, payload in enumerate(payloads):
+                yield name, index, payload

@@ -1,0 +1,242 @@
+"""``spark.readStream.format("zkqueue")``: a Structured Streaming source with durable claims.
+
+::
+
+    zkqueue.spark.register(spark)
+    stream = (spark.readStream.format("zkqueue")
+              .option("zkHosts", "zk1:2181").option("consumerId", "orders-etl")
+              .option("maxItemsPerTrigger", 10_000)
+              .load("/queues/orders"))
+
+How a micro-batch goes (see :mod:`zkqueue.spark.staging`):
+
+- ``latestOffset`` (driver) moves up to the limit of due items into a new staging batch ``b<n>`` under
+  ``<queue>-stream/<consumerId>``; each item's copy is created and the original deleted (under its version, and
+  only if no lock-safe consumer holds it) in one multi. The offset is ``{"batch": n}``. Staged batches that
+  Spark has not committed (after a restart) are offered again first, so a replay returns the same rows.
+- ``partitions`` hands the executors the staged paths; ``read`` reads them (large items from their blobs) and
+  never deletes anything.
+- ``commit`` deletes the staged batches up to the committed offset.
+- One live query per consumer id: an ephemeral owner node fences it; a second query fails with a clear error.
+
+Rows: ``id`` (``<node name>:<index in node>``, stable across replays, for idempotent sinks), ``name``, ``idx``,
+``value`` (binary), plus ``priority`` / ``delay_until`` / ``item_id`` for those queue kinds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+try:  # PySpark 4.2+: Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older PySpark: every trigger reads what is due at each batch
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
+from zkqueue.errors import ConfigurationError
+from zkqueue.formats import naming
+from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings, parse_auth
+from zkqueue.spark.options import KINDS, _float, _int, normalize
+
+log = logging.getLogger("zkqueue.spark.stream_source")
+
+#: The key column of each queue kind in the source's rows.
+KEY_COLUMNS = {"priority": ("priority", "int"), "delay": ("delay_until", "bigint"), "id": ("item_id", "string")}
+SOURCE_OPTIONS = {
+    "zkhosts", "path", "queuepath", "consumerid", "maxitemspertrigger", "kind", "lockpath", "auth", "acl",
+    "chroot", "sessiontimeout", "connecttimeout", "ownerwait", "jutemaxbuffer", "partitions",
+}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Options of the streaming source; plain data, safe to pickle into executors."""
+
+    zk: ZkSettings
+    path: str
+    consumer_id: str
+    kind: str = "plain"
+    lock_path: str | None = None
+    max_items_per_trigger: int | None = None
+    jute_max_buffer: int | None = None
+    partitions: int = 4
+    owner_wait: float = DEFAULT_SESSION_TIMEOUT + 5.0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SourceOptions:
+        opts = normalize(options)
+        unknown = sorted(k for k in opts if k not in SOURCE_OPTIONS)
+        if unknown:
+            log.warning("ignoring unknown zkqueue source option(s): %s (known: %s)", unknown, sorted(SOURCE_OPTIONS))
+        hosts = opts.get("zkhosts")
+        if not hosts:
+            raise ConfigurationError("option zkHosts (the ZooKeeper connect string) is required")
+        session_timeout = _float(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT)
+        zk = ZkSettings(hosts=hosts, session_timeout=session_timeout,
+                        connect_timeout=_float(opts, "connecttimeout", 30.0), auth=parse_auth(opts.get("auth")),
+                        acl=opts.get("acl", "open").strip().lower(), chroot=opts.get("chroot") or None)
+        path = opts.get("path") or opts.get("queuepath")
+        if not path:
+            raise ConfigurationError("no queue path: use load('/queues/x') or option queuePath")
+        naming.validate_queue_path(path)
+        consumer_id = opts.get("consumerid", "").strip()
+        if not consumer_id:
+            raise ConfigurationError(
+                "option consumerId is required: a name for this stream consumer, stable across restarts (it names "
+                "the staging area that makes restarts exactly-once)")
+        if "/" in consumer_id or naming.escape_id(consumer_id) != consumer_id:
+            raise ConfigurationError(f"option consumerId {consumer_id!r}: use letters, digits, '-', '_' or '.'")
+        kind = opts.get("kind", "plain").strip().lower()
+        if kind not in KINDS:
+            raise ConfigurationError(f"option kind: expected one of {KINDS}, got {kind!r}")
+        lock_path = opts.get("lockpath") or None
+        if lock_path is not None:
+            naming.validate_path(lock_path)
+        return cls(
+            zk=zk, path=path, consumer_id=consumer_id, kind=kind, lock_path=lock_path,
+            max_items_per_trigger=_int(opts, "maxitemspertrigger", None),
+            jute_max_buffer=_int(opts, "jutemaxbuffer", None, minimum=4096),
+            partitions=_int(opts, "partitions", 4) or 4,
+            owner_wait=_float(opts, "ownerwait", session_timeout + 5.0),
+        )
+
+
+def source_schema(kind: str) -> str:
+    """The source's schema (DDL) for a queue kind."""
+    columns = ["id string", "name string", "idx int", "value binary"]
+    if kind in KEY_COLUMNS:
+        column, sql_type = KEY_COLUMNS[kind]
+        columns.append(f"{column} {sql_type}")
+    return ", ".join(columns)
+
+
+@dataclass
+class StagedPartition(InputPartition):
+    """The staging segments one Spark task reads."""
+
+    paths: list[str]
+
+
+def _offset(batch: int) -> dict[str, int]:
+    return {"batch": int(batch)}
+
+
+class ZkQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """The streaming source's reader (see the module docs). Its driver side holds a client and the owner node."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._stage: Any = None
+        self._last: int | None = None  # PySpark < 4.2 calls latestOffset() without the start offset
+        self._available_now: set[str] | None = None
+
+    # ------------------------------------------------------------------------------------------ driver side
+    def _staging(self) -> Any:
+        if self._stage is None:
+            from zkqueue.spark.clients import get_client  # noqa: PLC0415
+            from zkqueue.spark.staging import Stage  # noqa: PLC0415
+
+            o = self.options
+            stage = Stage(get_client(o.zk), o.path, o.consumer_id, kind=o.kind, lock_path=o.lock_path,
+                          limit=o.jute_max_buffer)
+            stage.acquire(o.owner_wait)
+            self._stage = stage
+        return self._stage
+
+    def initialOffset(self) -> dict:  # noqa: N802 - Spark API
+        """Before the oldest staged batch not committed yet (a query whose checkpoint is new still gets it),
+        else batch 0."""
+        pending = self._staging().batches()
+        start = pending[0] - 1 if pending else 0
+        self._last = start
+        return _offset(start)
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 - Spark API
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: PLC0415
+
+        limit = self.options.max_items_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark API (SupportsTriggerAvailableNow)
+        """Trigger.AvailableNow: drain what is due now (and what is already staged), nothing put later."""
+        stage = self._staging()
+        self._available_now = set(stage.due(stage.client.get_children(stage.queue_path)))
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802 - Spark API
+        stage = self._staging()
+        current = int(start["batch"]) if start is not None else (self._last or 0)
+        pending = [n for n in stage.batches() if n > current]
+        if pending:
+            end = pending[0]  # staged before a restart: offered again, one batch at a time
+        else:
+            end = current + 1
+            if stage.stage(end, self._max_rows(limit), only=self._available_now) == 0:
+                end = current
+        self._last = end
+        return _offset(end)
+
+    def _max_rows(self, limit: Any) -> int | None:
+        if limit is None:  # PySpark < 4.2: no admission control passed in; the option applies
+            return self.options.max_items_per_trigger
+        max_rows = getattr(limit, "max_rows", None)
+        if max_rows is None:
+            max_rows = getattr(limit, "maxRows", None)
+        return None if max_rows is None else int(max_rows)
+
+    def partitions(self, start: dict, end: dict) -> list[StagedPartition]:
+        stage = self._staging()
+        # Segments (about 1 MB of queue nodes each) spread over at most ``partitions`` tasks, in order: a Spark
+        # task costs tens of milliseconds, so a few big tasks beat many small ones.
+        segments = [p for n in range(int(start["batch"]) + 1, int(end["batch"]) + 1) for p in stage.staged(n)]
+        count = min(self.options.partitions, len(segments))
+        size = -(-len(segments) // count) if count else 0
+        return [StagedPartition(segments[i : i + size]) for i in range(0, len(segments), size)] if size else []
+
+    def commit(self, end: dict) -> None:
+        deleted = self._staging().commit(int(end["batch"]))
+        log.debug("committed staged batches up to %s (%d deleted)", end, deleted)
+
+    def stop(self) -> None:
+        if self._stage is not None:
+            try:
+                self._stage.release()
+            except Exception:  # noqa: BLE001 - the owner is ephemeral anyway
+                log.debug("could not release the stream owner node", exc_info=True)
+
+    # ------------------------------------------------------------------------------------------ executor side
+    def read(self, partition: StagedPartition) -> Iterator[Any]:
+        """The rows of one segment, as Arrow record batches (Spark takes them without converting row by row)."""
+        import pyarrow as pa  # noqa: PLC0415
+
+        from zkqueue.spark.clients import get_client  # noqa: PLC0415
+        from zkqueue.spark.consumers import key_of  # noqa: PLC0415
+        from zkqueue.spark.staging import decode_staged  # noqa: PLC0415
+
+        kind = self.options.kind
+        client = get_client(self.options.zk)
+        ids: list[str] = []
+        names: list[str] = []
+        indexes: list[int] = []
+        values: list[bytes] = []
+        keys: list[Any] = []
+        for name, index, payload in decode_staged(client, partition.paths):
+            ids.append(f"{name}:{index}")
+            names.append(name)
+            indexes.append(index)
+            values.append(payload)
+            if kind in KEY_COLUMNS:
+                keys.append(key_of(name, kind))
+        if not ids:
+            return
+        columns = [pa.array(ids, pa.string()), pa.array(names, pa.string()), pa.array(indexes, pa.int32()),
+                   pa.array(values, pa.binary())]
+        fields = ["id", "name", "idx", "value"]
+        if kind in KEY_COLUMNS:
+            column, sql_type = KEY_COLUMNS[kind]
+            columns.append(pa.array(keys, {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}[sql_type]))
+            fields.append(column)
+        yield pa.RecordBatch.from_arrays(columns, names=fields)
