@@ -300,4 +300,9 @@ def _spark_rows(spark: dict[str, Any]) -> list[dict[str, Any]]:
         v = res.get(key)
         rows.append({"label": label, "value": f"{v:,.0f}" if isinstance(v, (int, float)) else "n/a",
                      "raw": res})
+    v, share = res.get("stream_rows_per_s"), res.get("stream_of_sink")
+    if isinstance(v, (int, float)) and isinstance(share, (int, float)):
+        verdict = "pass" if share >= 0.5 else "MISS"
+        rows.append({"label": f"Spark streaming source rows/s (AvailableNow): {share:.2f} of the sink, target >= 0.5 "
+                              f"{verdict}", "value": f"{v:,.0f}", "raw": res})
     return rows

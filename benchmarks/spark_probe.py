@@ -93,7 +93,8 @@ def measure(
     dedupe: bool = False,
     root: str | None = None,
 ) -> dict[str, float]:
-    """Time a sink write of ``rows`` rows and an executor drain of ``items`` items; return rates (per second)."""
+    """Time a sink write of ``rows`` rows, an executor drain of ``items`` items, and a streaming-source drain of
+    ``rows`` rows (Trigger.AvailableNow into the noop sink); return rates (per second)."""
     import zkqueue.spark as zks
 
     zks.register(spark)
@@ -131,6 +132,24 @@ def measure(
         cold, cold_seconds = consume(f"{root}/cold")
     with _phase("executor consume"):
         result, consume_seconds = consume(f"{root}/work")
+    def stream(path: str) -> tuple[int, float]:
+        """Drain ``path`` with the streaming source (Trigger.AvailableNow) into Spark's noop sink."""
+        df = (spark.readStream.format("zkqueue").option("zkHosts", hosts).option("consumerId", "probe")
+              .option("sessionTimeout", str(SESSION_TIMEOUT)).load(path))
+        started = time.perf_counter()
+        query = (df.writeStream.format("noop").option("checkpointLocation", f"/tmp/zkqueue-probe-{uuid.uuid4().hex}")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        seconds = time.perf_counter() - started
+        return sum(p["numInputRows"] for p in query.recentProgress), seconds
+
+    with _phase("filling the stream queues"):
+        write(f"{root}/stream-warmup", 1000)
+        write(f"{root}/stream", rows)
+    with _phase("warm-up streaming query"):  # as the sink's warm-up write: the first query starts the machinery
+        stream(f"{root}/stream-warmup")
+    with _phase("streaming source"):
+        streamed, stream_seconds = stream(f"{root}/stream")
     with _phase("cleanup"):
         _drop(hosts, root)
     return {
@@ -142,6 +161,10 @@ def measure(
         "consume_items_per_s": round(result.processed / consume_seconds, 1),
         "consume_cold_seconds": round(cold_seconds, 3),
         "consume_cold_items_per_s": round(cold.processed / cold_seconds, 1),
+        "stream_rows": streamed,
+        "stream_seconds": round(stream_seconds, 3),
+        "stream_rows_per_s": round(streamed / stream_seconds, 1),
+        "stream_of_sink": round((streamed / stream_seconds) / (rows / sink_seconds), 3),
         "partitions": partitions,
         "parallelism": parallelism,
         "items_per_node": items_per_node,
