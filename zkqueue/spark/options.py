@@ -99,7 +99,7 @@ def normalize(options: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:
+def int_option(opts: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:
     raw = opts.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -112,7 +112,7 @@ def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: in
     return value
 
 
-def _float(opts: Mapping[str, str], name: str, default: float) -> float:
+def float_option(opts: Mapping[str, str], name: str, default: float) -> float:
     raw = opts.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -125,7 +125,7 @@ def _float(opts: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+def bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raw = opts.get(name)
     if raw is None:
         return default
@@ -230,8 +230,8 @@ class SinkOptions:
             raise ConfigurationError("option zkHosts (the ZooKeeper connect string) is required")
         zk = ZkSettings(
             hosts=hosts,
-            session_timeout=_float(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT),
-            connect_timeout=_float(opts, "connecttimeout", 30.0),
+            session_timeout=float_option(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT),
+            connect_timeout=float_option(opts, "connecttimeout", 30.0),
             auth=parse_auth(opts.get("auth")),
             acl=opts.get("acl", "open").strip().lower(),
             chroot=opts.get("chroot") or None,
@@ -258,7 +258,7 @@ class SinkOptions:
             raise ConfigurationError(
                 f"option serializer: expected one of {BUILTIN_SERIALIZERS} or 'module:Class', got {serializer!r}"
             )
-        dedupe = _bool(opts, "dedupe", False)
+        dedupe = bool_option(opts, "dedupe", False)
         dedupe_path = opts.get("dedupepath") or queue_path + "-dedupe"
         naming.validate_path(dedupe_path)
         if dedupe_path == queue_path or dedupe_path.startswith(queue_path + "/") or queue_path.startswith(
@@ -270,9 +270,9 @@ class SinkOptions:
             raise ConfigurationError(f"option dedupeKey {dedupe_key!r}: use letters, digits, '-', '_' or '.'")
         if dedupe_key is not None and not dedupe:
             raise ConfigurationError("option dedupeKey needs dedupe=true")
-        limit = _int(opts, "jutemaxbuffer", None, minimum=4096)
-        large_items = _bool(opts, "largeitems", False)
-        max_item_bytes = _int(opts, "maxitembytes", None)
+        limit = int_option(opts, "jutemaxbuffer", None, minimum=4096)
+        large_items = bool_option(opts, "largeitems", False)
+        max_item_bytes = int_option(opts, "maxitembytes", None)
         compression = opts.get("largeitemcompression")
         if not large_items and (max_item_bytes is not None or compression is not None):
             raise ConfigurationError("options maxItemBytes and largeItemCompression need largeItems=true")
@@ -289,11 +289,11 @@ class SinkOptions:
             value_column=opts.get("valuecolumn") or None,
             key_column_given=key_column_given,
             serializer=serializer,
-            items_per_node=_int(opts, "itemspernode", 1) or 1,
-            batch_size=_int(opts, "batchsize", MAX_MULTI_OPS) or MAX_MULTI_OPS,
-            inflight=_int(opts, "inflight", 4) or 4,
-            max_items=_int(opts, "maxitems", None),
-            max_items_timeout=_float(opts, "maxitemstimeout", 600.0),
+            items_per_node=int_option(opts, "itemspernode", 1) or 1,
+            batch_size=int_option(opts, "batchsize", MAX_MULTI_OPS) or MAX_MULTI_OPS,
+            inflight=int_option(opts, "inflight", 4) or 4,
+            max_items=int_option(opts, "maxitems", None),
+            max_items_timeout=float_option(opts, "maxitemstimeout", 600.0),
             dedupe=dedupe,
             dedupe_path=dedupe_path,
             dedupe_key=dedupe_key,

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - older PySpark: every trigger reads wha
 from zkqueue.errors import ConfigurationError
 from zkqueue.formats import naming
 from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings, parse_auth
-from zkqueue.spark.options import KINDS, _float, _int, normalize
+from zkqueue.spark.options import KINDS, float_option, int_option, normalize
 
 log = logging.getLogger("zkqueue.spark.stream_source")
 
@@ -75,9 +75,9 @@ class SourceOptions:
         hosts = opts.get("zkhosts")
         if not hosts:
             raise ConfigurationError("option zkHosts (the ZooKeeper connect string) is required")
-        session_timeout = _float(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT)
+        session_timeout = float_option(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT)
         zk = ZkSettings(hosts=hosts, session_timeout=session_timeout,
-                        connect_timeout=_float(opts, "connecttimeout", 30.0), auth=parse_auth(opts.get("auth")),
+                        connect_timeout=float_option(opts, "connecttimeout", 30.0), auth=parse_auth(opts.get("auth")),
                         acl=opts.get("acl", "open").strip().lower(), chroot=opts.get("chroot") or None)
         path = opts.get("path") or opts.get("queuepath")
         if not path:
@@ -98,10 +98,10 @@ class SourceOptions:
             naming.validate_path(lock_path)
         return cls(
             zk=zk, path=path, consumer_id=consumer_id, kind=kind, lock_path=lock_path,
-            max_items_per_trigger=_int(opts, "maxitemspertrigger", None),
-            jute_max_buffer=_int(opts, "jutemaxbuffer", None, minimum=4096),
-            partitions=_int(opts, "partitions", 4) or 4,
-            owner_wait=_float(opts, "ownerwait", session_timeout + 5.0),
+            max_items_per_trigger=int_option(opts, "maxitemspertrigger", None),
+            jute_max_buffer=int_option(opts, "jutemaxbuffer", None, minimum=4096),
+            partitions=int_option(opts, "partitions", 4) or 4,
+            owner_wait=float_option(opts, "ownerwait", session_timeout + 5.0),
         )
 
 
