@@ -12,15 +12,13 @@ from zkqueue.formats import framing, naming
 from zkqueue.spark import put_partition, read_queue
 from zkqueue.server.testing import wait_for
 
+from zkqueue.server.testing import queue_frames  # noqa: E402
+
 pytestmark = pytest.mark.spark
 
 
 def _items(client: KazooClient, path: str) -> list[tuple[str, list[bytes]]]:
-    out = []
-    for name in sorted(client.get_children(path)):
-        data, _ = client.get(f"{path}/{name}")
-        out.append((name, framing.decode_items(data)))
-    return out
+    return queue_frames(client, path)
 
 
 def test_100k_rows_into_plain_and_id_queues_come_back_exactly(spark, zk_hosts, zk_client):

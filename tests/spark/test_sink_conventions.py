@@ -9,19 +9,17 @@ import pytest
 from kazoo.client import KazooClient
 
 from zkqueue.errors import ConfigurationError
-from zkqueue.formats import framing, naming
+from zkqueue.formats import naming
 from zkqueue.spark import put_partition
 from zkqueue.spark.options import SinkOptions
+
+from zkqueue.server.testing import queue_frames  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
 
 def _items(client: KazooClient, path: str) -> list[tuple[str, list[bytes]]]:
-    out = []
-    for name in sorted(client.get_children(path)):
-        data, _ = client.get(f"{path}/{name}")
-        out.append((name, framing.decode_items(data)))
-    return out
+    return queue_frames(client, path)
 
 
 def _payloads(client: KazooClient, path: str) -> list[bytes]:

@@ -159,6 +159,17 @@ def stored_under(client: KazooClient, *roots: str) -> tuple[int, int]:
     return nodes, size
 
 
+def queue_frames(client: KazooClient, path: str) -> list[tuple[str, list[bytes]]]:
+    """(node name, its Curator frame's payloads) of every node under ``path``, in name order."""
+    from zkqueue.formats import framing  # noqa: PLC0415
+
+    out = []
+    for name in sorted(client.get_children(path)):
+        data, _ = client.get(f"{path}/{name}")
+        out.append((name, framing.decode_items(data)))
+    return out
+
+
 def make_client(hosts: str, **kwargs: Any) -> KazooClient:
     """A started KazooClient on zkqueue's :class:`~zkqueue.transport.handler.PollingHandler` (pass ``handler`` for
     another); ``start_timeout`` (default 30 s) bounds the connect."""
