@@ -34,6 +34,7 @@ from zkqueue.engine.commit import create_op, delete_op
 from zkqueue.engine.leases import removal_ops
 from zkqueue.errors import CorruptItemError, QueueStateError
 from zkqueue.formats import framing, large_ref, naming
+from zkqueue.spark.clients import TRANSIENT_ERRORS, await_session, call_with_reconnect, session_id
 from zkqueue.spark.consumers import ordered_names
 from zkqueue.spark.multis import commit_groups
 from zkqueue.transport import protocol
@@ -54,6 +55,8 @@ _SLACK = 16 * 1024
 _MAX_OPS = 3000
 #: Segment multis in flight.
 _WINDOW = 3
+#: Tries of one batch's staging across lost connections (each waits for the session to come back).
+_ATTEMPTS = 5
 #: The first five bytes of a one-item Curator frame: the version word and the item opcode.
 _ONE_ITEM_HEAD = framing.VERSION.to_bytes(4, "big") + bytes((framing.ITEM_OPCODE,))
 #: Upper estimate of the bytes one delete, check or lock op adds to a multi, beyond its path.
@@ -155,9 +158,14 @@ class Stage:
         deadline = time.monotonic() + wait
         while True:
             try:
-                self.client.create(f"{self.root}/{OWNER}", b"", ephemeral=True, acl=self.acl)
+                call_with_reconnect(self.client, lambda: self.client.create(f"{self.root}/{OWNER}", b"",
+                                                                            ephemeral=True, acl=self.acl),
+                                    f"creating the stream owner {self.root}/{OWNER}")
                 return
             except NodeExistsError:
+                stat = self.client.exists(f"{self.root}/{OWNER}")
+                if stat is not None and stat.ephemeralOwner == session_id(self.client):
+                    return  # our own create, whose reply was lost
                 if time.monotonic() >= deadline:
                     raise QueueStateError(
                         f"another streaming query is reading {self.queue_path} as consumer "
@@ -173,26 +181,47 @@ class Stage:
             pass
 
     # ------------------------------------------------------------------------------------------ batches
-    def batches(self) -> list[int]:
-        """Numbers of the staged batches not committed yet, in order."""
+    def _children(self, path: str) -> list[str]:
+        """The children of ``path`` ([] when it does not exist), across a lost connection of this session."""
         try:
-            names = self.client.get_children(self.root)
+            return call_with_reconnect(self.client, lambda: self.client.get_children(path), f"listing {path}")
         except NoNodeError:
             return []
+
+    def batches(self) -> list[int]:
+        """Numbers of the staged batches not committed yet, in order."""
+        names = self._children(self.root)
         return sorted(n for n in (batch_number(x) for x in names) if n is not None)
 
     def staged(self, number: int) -> list[str]:
         """Full paths of the segments of batch ``number``, in queue order."""
         path = f"{self.root}/{batch_name(number)}"
-        try:
-            names = self.client.get_children(path)
-        except NoNodeError:
-            return []
+        names = self._children(path)
         return [naming.join(path, n) for n in sorted(n for n in names if n.startswith(SEGMENT_PREFIX))]
 
     def stage(self, number: int, max_items: int | None, only: set[str] | None = None) -> int:
         """Move up to ``max_items`` rows of due items (all when None; only names in ``only`` when given) into batch
-        ``number``; return how many rows were staged (0: nothing due, and no batch node is left behind)."""
+        ``number``; return how many rows were staged (0: nothing due, and no batch node is left behind).
+
+        When the connection is lost midway, this waits for the session to come back (or raises SessionLostError)
+        and keeps what committed: the batch then holds the segments that exist, and the result is their count."""
+        session = session_id(self.client)
+        batch = f"{self.root}/{batch_name(number)}"
+        for attempt in range(_ATTEMPTS):
+            try:
+                return self._stage(number, max_items, only)
+            except TRANSIENT_ERRORS as exc:
+                await_session(self.client, session, f"staging {batch}", exc)
+                segments = [n for n in self._children(batch) if n.startswith(SEGMENT_PREFIX)]
+                log.warning("staging %s lost the connection (%r); %d segment(s) had committed", batch, exc,
+                            len(segments))
+                if segments:
+                    return len(segments)  # keep what committed: it is this batch
+                if attempt == _ATTEMPTS - 1:
+                    raise  # never report "nothing due" because of the connection
+        raise AssertionError("unreachable")
+
+    def _stage(self, number: int, max_items: int | None, only: set[str] | None) -> int:
         try:
             names = self.due(self.client.get_children(self.queue_path))
         except NoNodeError:
@@ -306,7 +335,8 @@ class Stage:
         for number in self.batches():
             if number > upto:
                 break
-            self._delete_batch(f"{self.root}/{batch_name(number)}")
+            batch = f"{self.root}/{batch_name(number)}"
+            call_with_reconnect(self.client, lambda: self._delete_batch(batch), f"deleting {batch}")  # idempotent
             done += 1
         return done
 
@@ -349,7 +379,10 @@ class Stage:
 def decode_staged(client: Any, segments: Iterable[str]) -> Iterator[tuple[str, int, bytes]]:
     """(queue node name, index in node, payload) of every item in ``segments``, in order. Large items are read
     back from their blobs one at a time; a node that cannot be decoded is skipped and logged."""
-    for segment, res in zip(segments := list(segments), protocol.multi_read(client, segments) if segments else []):
+    segments = list(segments)
+    reads = call_with_reconnect(client, lambda: protocol.multi_read(client, segments),
+                                "reading staging segments") if segments else []
+    for segment, res in zip(segments, reads):
         if isinstance(res, BaseException):
             log.warning("staging segment %s cannot be read: %r (skipped)", segment, res)
             continue
@@ -361,7 +394,8 @@ def decode_staged(client: Any, segments: Iterable[str]) -> Iterator[tuple[str, i
         for name, data in entries:
             try:
                 if large_ref.is_ref(data):
-                    data = blobs.read_frame(client, large_ref.decode_ref(data))
+                    ref = large_ref.decode_ref(data)
+                    data = call_with_reconnect(client, lambda: blobs.read_frame(client, ref), f"reading {ref.blob}")
                 payloads = framing.decode_items(data)
             except CorruptItemError as exc:
                 log.error("staged item %s in %s is corrupt: %s (skipped)", name, segment, exc)
