@@ -165,3 +165,22 @@ def test_mutated_frames_decode_or_raise_corrupt(payloads: list[bytes], data: st.
     except CorruptItemError:
         return
     assert all(isinstance(i, bytes) for i in items)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=64), max_size=5))
+def test_count_items_agrees_with_decode(payloads: list[bytes]) -> None:
+    assert framing.count_items(encode_items(payloads)) == len(payloads)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=40), st.builds(lambda p, t: encode_items([p]) + t, st.binary(max_size=20),
+                                                     st.binary(max_size=3))))
+def test_count_items_decides_as_decode_does(data: bytes) -> None:
+    try:
+        expected = len(decode_items(data))
+    except CorruptItemError:
+        with pytest.raises(CorruptItemError):
+            framing.count_items(data)
+        return
+    assert framing.count_items(data) == expected

@@ -133,6 +133,14 @@ def read_frame(client: Any, ref: BlobRef, *, item_path: str | None = None) -> by
     return frame
 
 
+def node_frame(client: Any, data: bytes, *, item_path: str | None = None) -> bytes:
+    """The Curator frame a queue node stands for: its own data, or for a large-item reference the frame read
+    back from its blob (see :func:`read_frame`)."""
+    if large_ref.is_ref(data):
+        return read_frame(client, large_ref.decode_ref(data), item_path=item_path)
+    return data
+
+
 def _note_reference(client: Any, ref: BlobRef, head: tuple[bytes, Any], item_path: str) -> None:
     data, stat = head
     try:

@@ -35,7 +35,7 @@ from zkqueue.engine.leases import Held, Lease, LeaseKind, Leases
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.seams import ClaimedNode, Completion
 from zkqueue.errors import LockLostError, QueueStateError
-from zkqueue.formats import framing, naming
+from zkqueue.formats import framing
 from zkqueue.formats.large_ref import BlobRef
 from zkqueue.transport import protocol
 
@@ -339,7 +339,7 @@ class Completer:
         h = o.held
         assert h is not None
         offset = 1 if h.lease.kind is LeaseKind.ITEM else 0
-        target = naming.join(self._ctx.quarantine_path, o.name)
+        target = self._quarantine.target(o.name)
         extra = [*self._blob_ops(o, lambda ref: blobs.quarantined_ops(ref, target)), *c.extra_ops]
         try:
             self._quarantine.move(o.name, o.data, o.version, c.reason or "quarantined by its consumer",

@@ -24,6 +24,7 @@ from zkqueue.engine.context import QueueContext
 from zkqueue.engine.seams import Completion
 from zkqueue.errors import CorruptItemError
 from zkqueue.formats import framing
+from zkqueue.formats.large_ref import BlobRef
 
 log = logging.getLogger("zkqueue.engine.delivery")
 
@@ -49,6 +50,19 @@ def decode_node(serializer: Any, data: bytes | None) -> tuple[list[Any], str | N
     return items, None
 
 
+def decode_large(ctx: QueueContext, serializer: Any, ref: BlobRef, name: str) -> tuple[list[Any], str | None, bool]:
+    """Read a large item's blob and decode its items: (items, None, True), or ([], the reason to quarantine it,
+    whether its blob still exists). Connection errors propagate."""
+    try:
+        frame = blobs.read_frame(ctx.client, ref, item_path=ctx.item_path(name))
+    except blobs.BlobMissingError as exc:
+        return [], f"large item: {exc}", False
+    except CorruptItemError as exc:
+        return [], f"large item: {exc}", True
+    items, reason = decode_node(serializer, frame)
+    return items, reason, True
+
+
 def read_large(ctx: QueueContext, serializer: Any, o: Outcome) -> bool:
     """Read the blob of ``o`` (a large item not read yet) and decode its items; True when they can be delivered.
 
@@ -57,17 +71,13 @@ def read_large(ctx: QueueContext, serializer: Any, o: Outcome) -> bool:
     """
     assert o.blob is not None
     try:
-        frame = blobs.read_frame(ctx.client, o.blob, item_path=ctx.item_path(o.name))
-        items, reason = decode_node(serializer, frame)
-    except blobs.BlobMissingError as exc:
-        o.blob = None  # nothing of it to keep or remove
-        items, reason = [], f"large item: {exc}"
-    except CorruptItemError as exc:
-        items, reason = [], f"large item: {exc}"
+        items, reason, blob_exists = decode_large(ctx, serializer, o.blob, o.name)
     except (*CONNECTION_ERRORS, OSError) as exc:
         log.warning("could not read the blob of %s/%s (%r); giving the node back", ctx.queue_path, o.name, exc)
         o.completion = Completion.release()
         return False
+    if not blob_exists:
+        o.blob = None  # nothing of it to keep or remove
     if reason is not None:
         o.completion = Completion.quarantine(reason)
         return False

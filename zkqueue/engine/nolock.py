@@ -18,7 +18,7 @@ from zkqueue.engine import blobs
 from zkqueue.engine.commit import CONNECTION_ERRORS, MAX_OPS_PER_MULTI, create_op, delete_op
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
-from zkqueue.engine.delivery import Delivery, decode_node
+from zkqueue.engine.delivery import Delivery, decode_large, decode_node
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.steps import StepSizer
 from zkqueue.errors import CorruptItemError, QueueStateError
@@ -91,13 +91,14 @@ class NoLockTaker:
         ref: large_ref.BlobRef | None = None
         try:
             ref = large_ref.decode_ref(data)
-            items, reason = decode_node(self._serializer, blobs.read_frame(self._ctx.client, ref, item_path=path))
-        except blobs.BlobMissingError as exc:
-            ref, items, reason = None, [], f"large item: {exc}"
         except CorruptItemError as exc:
             items, reason = [], f"large item: {exc}"
+        else:
+            items, reason, blob_exists = decode_large(self._ctx, self._serializer, ref, name)
+            if not blob_exists:
+                ref = None
         if reason is not None:
-            extra = [] if ref is None else blobs.quarantined_ops(ref, naming.join(self._ctx.quarantine_path, name))
+            extra = [] if ref is None else blobs.quarantined_ops(ref, self._quarantine.target(name))
             self._quarantine.move(name, data, stat.version, reason, extra_ops=extra)
             handled.append(name)
             return

@@ -21,6 +21,10 @@ class Quarantine:
     def __init__(self, ctx: QueueContext) -> None:
         self._ctx = ctx
 
+    def target(self, name: str) -> str:
+        """Where node ``name`` goes (unless a node of that name is there already: then a sequential sibling)."""
+        return naming.join(self._ctx.quarantine_path, name)
+
     def move(
         self,
         name: str,
@@ -39,7 +43,7 @@ class Quarantine:
         ``offset`` is where the quarantine create lands in it; ``prefix`` leads the multi (a fence check).
         """
         ctx = self._ctx
-        target = naming.join(ctx.quarantine_path, name)
+        target = self.target(name)
         lead = len(prefix)
         for sequence in (False, True):
             core = [

@@ -42,6 +42,8 @@ _HEADER = struct.pack(">i", VERSION)
 _EOF = bytes((EOF_OPCODE,))
 #: The frame of an empty MultiItem.
 EMPTY_FRAME = _HEADER + _EOF
+#: The first bytes of a frame whose first item follows: the version and the item opcode.
+_ONE_ITEM_HEAD = _HEADER + bytes((ITEM_OPCODE,))
 
 _ITEM_HEAD = struct.Struct(">BI")  # opcode, length (a non-negative int32, so unsigned packing is identical)
 _INT32 = struct.Struct(">i")
@@ -89,6 +91,15 @@ def framed_size(payload_lengths: Iterable[int]) -> int:
         count += 1
         total += length
     return FRAME_OVERHEAD + ITEM_OVERHEAD * count + total
+
+
+def count_items(data: bytes | bytearray | memoryview | None) -> int:
+    """How many items a frame holds, :class:`CorruptItemError` as :func:`decode_items`. A well-formed one-item
+    frame (what ``put`` stores) is recognised from its header without splitting it."""
+    if (data is not None and len(data) >= FRAME_OVERHEAD + ITEM_OVERHEAD and data[:5] == _ONE_ITEM_HEAD
+            and data[-1] == EOF_OPCODE and int.from_bytes(data[5:9], "big") == len(data) - 10):
+        return 1
+    return len(decode_items(data))
 
 
 def decode_items(data: bytes | bytearray | memoryview | None, *, strict: bool = False) -> list[bytes]:

@@ -137,6 +137,24 @@ def bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigurationError(f"option {name}: expected true or false, got {raw!r}")
 
 
+def zk_settings(opts: Mapping[str, str], hosts: str) -> ZkSettings:
+    """The client settings of normalized options (sessionTimeout, connectTimeout, auth, acl, chroot)."""
+    return ZkSettings(
+        hosts=hosts,
+        session_timeout=float_option(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT),
+        connect_timeout=float_option(opts, "connecttimeout", 30.0),
+        auth=parse_auth(opts.get("auth")),
+        acl=opts.get("acl", "open").strip().lower(),
+        chroot=opts.get("chroot") or None,
+    )
+
+
+def check_plain_name(option: str, value: str) -> None:
+    """A name used as one path segment (a dedupe key, a stream consumer id): letters, digits, '-', '_', '.'."""
+    if "/" in value or naming.escape_id(value) != value:
+        raise ConfigurationError(f"option {option} {value!r}: use letters, digits, '-', '_' or '.'")
+
+
 def load_serializer(spec: str) -> Any:
     """Build the serializer ``spec`` names: a built-in name, or ``module:Class`` (instantiated with no args)."""
     from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, StrSerializer  # noqa: PLC0415
@@ -228,14 +246,7 @@ class SinkOptions:
         hosts = opts.get("zkhosts") or opts.get("hosts")
         if not hosts:
             raise ConfigurationError("option zkHosts (the ZooKeeper connect string) is required")
-        zk = ZkSettings(
-            hosts=hosts,
-            session_timeout=float_option(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT),
-            connect_timeout=float_option(opts, "connecttimeout", 30.0),
-            auth=parse_auth(opts.get("auth")),
-            acl=opts.get("acl", "open").strip().lower(),
-            chroot=opts.get("chroot") or None,
-        )
+        zk = zk_settings(opts, hosts)
         queue_path = path or opts.get("path") or opts.get("queuepath")
         if not queue_path:
             raise ConfigurationError("no queue path: use save('/queues/x') / start('/queues/x') or option queuePath")
@@ -266,8 +277,8 @@ class SinkOptions:
         ):
             raise ConfigurationError(f"option dedupePath {dedupe_path!r} must be outside the queue path")
         dedupe_key = opts.get("dedupekey") or None
-        if dedupe_key is not None and ("/" in dedupe_key or naming.escape_id(dedupe_key) != dedupe_key):
-            raise ConfigurationError(f"option dedupeKey {dedupe_key!r}: use letters, digits, '-', '_' or '.'")
+        if dedupe_key is not None:
+            check_plain_name("dedupeKey", dedupe_key)
         if dedupe_key is not None and not dedupe:
             raise ConfigurationError("option dedupeKey needs dedupe=true")
         limit = int_option(opts, "jutemaxbuffer", None, minimum=4096)

@@ -57,8 +57,6 @@ _MAX_OPS = 3000
 _WINDOW = 3
 #: Tries of one batch's staging across lost connections (each waits for the session to come back).
 _ATTEMPTS = 5
-#: The first five bytes of a one-item Curator frame: the version word and the item opcode.
-_ONE_ITEM_HEAD = framing.VERSION.to_bytes(4, "big") + bytes((framing.ITEM_OPCODE,))
 #: Upper estimate of the bytes one delete, check or lock op adds to a multi, beyond its path.
 _OP_BYTES = 64
 
@@ -81,11 +79,8 @@ def item_count(data: bytes) -> int:
     while staging); a node that cannot be decoded, 0."""
     if large_ref.is_ref(data):
         return 1
-    if len(data) >= 10 and data[:5] == _ONE_ITEM_HEAD and data[-1] == framing.EOF_OPCODE \
-            and int.from_bytes(data[5:9], "big") == len(data) - 10:
-        return 1  # a single-item frame (what put() stores): no need to split it
     try:
-        return len(framing.decode_items(data))
+        return framing.count_items(data)
     except CorruptItemError:
         return 0
 
@@ -393,10 +388,9 @@ def decode_staged(client: Any, segments: Iterable[str]) -> Iterator[tuple[str, i
             continue
         for name, data in entries:
             try:
-                if large_ref.is_ref(data):
-                    ref = large_ref.decode_ref(data)
-                    data = call_with_reconnect(client, lambda: blobs.read_frame(client, ref), f"reading {ref.blob}")
-                payloads = framing.decode_items(data)
+                frame = call_with_reconnect(client, lambda: blobs.node_frame(client, data),
+                                            f"reading staged item {name}")
+                payloads = framing.decode_items(frame)
             except CorruptItemError as exc:
                 log.error("staged item %s in %s is corrupt: %s (skipped)", name, segment, exc)
                 continue

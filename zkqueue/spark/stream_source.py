@@ -39,8 +39,8 @@ except ImportError:  # pragma: no cover - older PySpark: every trigger reads wha
 
 from zkqueue.errors import ConfigurationError
 from zkqueue.formats import naming
-from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings, parse_auth
-from zkqueue.spark.options import KINDS, float_option, int_option, normalize
+from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings
+from zkqueue.spark.options import KINDS, check_plain_name, float_option, int_option, normalize, zk_settings
 
 log = logging.getLogger("zkqueue.spark.stream_source")
 
@@ -75,10 +75,7 @@ class SourceOptions:
         hosts = opts.get("zkhosts")
         if not hosts:
             raise ConfigurationError("option zkHosts (the ZooKeeper connect string) is required")
-        session_timeout = float_option(opts, "sessiontimeout", DEFAULT_SESSION_TIMEOUT)
-        zk = ZkSettings(hosts=hosts, session_timeout=session_timeout,
-                        connect_timeout=float_option(opts, "connecttimeout", 30.0), auth=parse_auth(opts.get("auth")),
-                        acl=opts.get("acl", "open").strip().lower(), chroot=opts.get("chroot") or None)
+        zk = zk_settings(opts, hosts)
         path = opts.get("path") or opts.get("queuepath")
         if not path:
             raise ConfigurationError("no queue path: use load('/queues/x') or option queuePath")
@@ -88,8 +85,7 @@ class SourceOptions:
             raise ConfigurationError(
                 "option consumerId is required: a name for this stream consumer, stable across restarts (it names "
                 "the staging area that makes restarts exactly-once)")
-        if "/" in consumer_id or naming.escape_id(consumer_id) != consumer_id:
-            raise ConfigurationError(f"option consumerId {consumer_id!r}: use letters, digits, '-', '_' or '.'")
+        check_plain_name("consumerId", consumer_id)
         kind = opts.get("kind", "plain").strip().lower()
         if kind not in KINDS:
             raise ConfigurationError(f"option kind: expected one of {KINDS}, got {kind!r}")
@@ -101,7 +97,7 @@ class SourceOptions:
             max_items_per_trigger=int_option(opts, "maxitemspertrigger", None),
             jute_max_buffer=int_option(opts, "jutemaxbuffer", None, minimum=4096),
             partitions=int_option(opts, "partitions", 4) or 4,
-            owner_wait=float_option(opts, "ownerwait", session_timeout + 5.0),
+            owner_wait=float_option(opts, "ownerwait", zk.session_timeout + 5.0),
         )
 
 
