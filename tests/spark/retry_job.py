@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from conftest import build_session, spark_environment
+from spark_session import build_session, spark_environment
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import build_session  # noqa: E402
+from spark_session import build_session  # noqa: E402
 
 import zkqueue.spark  # noqa: E402
 

@@ -90,7 +90,7 @@ def test_a_second_query_with_the_same_consumer_id_is_refused(spark, zk_hosts, zk
         wait_for(lambda: first.lastProgress is not None, timeout=120, message="the first query never ran")
         second = (source(spark, zk_hosts, "/stream/one", "only-one", ownerWait=1).writeStream.format("memory")
                   .queryName("one_b").option("checkpointLocation", str(tmp_path / "b")).start())
-        with pytest.raises(Exception, match="another streaming query"):
+        with pytest.raises(Exception, match="another reader"):
             second.awaitTermination(120)
         assert first.isActive
     finally:
@@ -168,7 +168,7 @@ def test_lock_safe_consumers_never_see_staged_items_and_keep_theirs(spark, zk_ho
 def test_driver_killed_mid_batch_then_restarted_delivers_exactly_once(zk_hosts, zk_client, tmp_path) -> None:
     """A driver subprocess is SIGKILLed (with its JVM) while batches run; a new driver with the same checkpoint
     and consumer id drains the rest. The Parquet output (read through its metadata log) holds every item once."""
-    from conftest import spark_environment  # type: ignore[import-not-found]
+    from spark_session import spark_environment  # type: ignore[import-not-found]
 
     items = [f"k-{i}".encode() for i in range(3000)]
     fill(zk_client, "/stream/killed", items)

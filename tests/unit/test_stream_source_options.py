@@ -11,7 +11,7 @@ from zkqueue.errors import CorruptItemError  # noqa: E402
 from zkqueue.spark.staging import (  # noqa: E402
     batch_name, batch_number, decode_segment, encode_segment, item_count, stream_root,
 )
-from zkqueue.spark.stream_source import SourceOptions, source_schema  # noqa: E402
+from zkqueue.spark.staged_reads import SourceOptions, source_schema  # noqa: E402
 from zkqueue.formats import framing, large_ref  # noqa: E402
 
 

@@ -8,6 +8,9 @@
     df.write.format("zkqueue").mode("append").option("zkHosts", hosts).save("/queues/jobs")
     zks.consume(spark, hosts, "/queues/jobs", handler, parallelism=8, lock_path="/queues/jobs-locks")
     items = zks.read_queue(spark, hosts, "/queues/jobs", max_items=10_000)
+    stream = spark.readStream.format("zkqueue").option("zkHosts", hosts).option("consumerId", "etl").load(path)
+    with zks.claimed_read(spark, "/queues/jobs", zkHosts=hosts, consumerId="nightly") as df:  # commits on exit
+        df.write.parquet(out)
 
 Needs ``pip install zkqueue[spark]`` (pyspark >= 4.0 and pyarrow). Worker processes must be able to import
 ``zkqueue`` (and your handler's module): install it on every executor.
@@ -30,6 +33,8 @@ _EXPORTS = {
     "ConsumeResult": "zkqueue.spark.consumers",
     "TaskCounts": "zkqueue.spark.consumers",
     "ZkQueueDataSource": "zkqueue.spark.datasource",
+    "claimed_read": "zkqueue.spark.batch_source",
+    "commit_read": "zkqueue.spark.batch_source",
     "SinkOptions": "zkqueue.spark.options",
     "SinkStats": "zkqueue.spark.sink",
     "QueueFullError": "zkqueue.errors",

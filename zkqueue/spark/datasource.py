@@ -232,8 +232,8 @@ def _delete_old_batches(options: SinkOptions, queries: set[str], batch_id: int) 
 
 
 class ZkQueueDataSource(DataSource):
-    """``format("zkqueue")``: a sink (batch and streaming) into a Curator-compatible ZooKeeper queue, and a
-    Structured Streaming source."""
+    """``format("zkqueue")``: a sink (batch and streaming) into a Curator-compatible ZooKeeper queue, a
+    Structured Streaming source and a batch read."""
 
     @classmethod
     def name(cls) -> str:
@@ -249,14 +249,24 @@ class ZkQueueDataSource(DataSource):
         return ZkQueueStreamWriter(self._sink_options(), schema, overwrite)
 
     def schema(self) -> str:
-        """The streaming source's rows (see :mod:`zkqueue.spark.stream_source`): they depend on the queue kind."""
-        from zkqueue.spark.stream_source import source_schema  # noqa: PLC0415
+        """The rows of the streaming source and the batch read (see :mod:`zkqueue.spark.staged_reads`): they
+        depend on the queue kind."""
+        from zkqueue.spark.staged_reads import source_schema  # noqa: PLC0415
 
         kind = str(self.options.get("kind", "plain")).strip().lower()
         return source_schema(kind)
 
+    def reader(self, schema: StructType) -> Any:
+        """``spark.read.format("zkqueue")``: a durable claim read on the executors; see
+        :mod:`zkqueue.spark.batch_source` for how it commits."""
+        from zkqueue.spark.batch_source import ZkQueueBatchReader  # noqa: PLC0415
+        from zkqueue.spark.staged_reads import SourceOptions  # noqa: PLC0415
+
+        return ZkQueueBatchReader(SourceOptions.from_options(self.options))
+
     def streamReader(self, schema: StructType) -> Any:  # noqa: N802 - Spark API
         """``spark.readStream.format("zkqueue")``: durable claims into staging batches, exactly-once restarts."""
-        from zkqueue.spark.stream_source import SourceOptions, ZkQueueStreamReader  # noqa: PLC0415
+        from zkqueue.spark.staged_reads import SourceOptions  # noqa: PLC0415
+        from zkqueue.spark.stream_source import ZkQueueStreamReader  # noqa: PLC0415
 
         return ZkQueueStreamReader(SourceOptions.from_options(self.options))

@@ -32,7 +32,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from zkqueue.engine import blobs
 from zkqueue.engine.commit import create_op, delete_op
 from zkqueue.engine.leases import removal_ops
-from zkqueue.errors import CorruptItemError, QueueStateError
+from zkqueue.errors import ConfigurationError, CorruptItemError, QueueStateError
 from zkqueue.formats import framing, large_ref, naming
 from zkqueue.spark.clients import TRANSIENT_ERRORS, await_session, call_with_reconnect, session_id
 from zkqueue.spark.consumers import ordered_names
@@ -47,6 +47,9 @@ SEGMENT_PREFIX = "s"
 #: Suffix of a segment that holds large-item references.
 LARGE_SUFFIX = "-L"
 OWNER = "owner"
+#: Who numbers a consumer id's batches (recorded in its root node): a streaming query, or batch reads.
+STREAM_MODE = "stream"
+READ_MODE = "batch"
 #: Queue nodes read per multiRead while staging.
 _READ_CHUNK = 1000
 #: Room kept free in a segment's multi beyond the segment's data and the deletes.
@@ -59,6 +62,11 @@ _WINDOW = 3
 _ATTEMPTS = 5
 #: Upper estimate of the bytes one delete, check or lock op adds to a multi, beyond its path.
 _OP_BYTES = 64
+
+
+#: (session id, consumer root) of the owner nodes this process holds: a second reader of the same consumer id in
+#: this process shares the session, so the node's ephemeral owner alone cannot tell it from a lost create reply.
+_HELD: set[tuple[int, str]] = set()
 
 
 def stream_root(queue_path: str, consumer_id: str) -> str:
@@ -146,30 +154,61 @@ class Stage:
         return stream_root(self.queue_path, self.consumer_id)
 
     # ------------------------------------------------------------------------------------------ owner
-    def acquire(self, wait: float) -> None:
-        """Become the one live query of this consumer id: create the ephemeral owner node. An owner left by a
-        driver that died goes with its session; this waits up to ``wait`` seconds for that, then refuses."""
+    def acquire(self, wait: float, mode: str = STREAM_MODE) -> None:
+        """Become the one live reader of this consumer id: create the ephemeral owner node. An owner left by a
+        driver that died goes with its session; this waits up to ``wait`` seconds for that, then refuses.
+
+        ``mode`` is who numbers the batches: a streaming query (Spark's offsets) or batch reads
+        (:func:`next_number`). The first reader of a consumer id records it; the other kind is refused."""
         self.client.ensure_path(self.root, acl=self.acl)
+        self._check_mode(mode)
+        held = (session_id(self.client), self.root)  # readers of one process share its cached client's session
         deadline = time.monotonic() + wait
         while True:
             try:
                 call_with_reconnect(self.client, lambda: self.client.create(f"{self.root}/{OWNER}", b"",
                                                                             ephemeral=True, acl=self.acl),
                                     f"creating the stream owner {self.root}/{OWNER}")
+                _HELD.add(held)
                 return
             except NodeExistsError:
                 stat = self.client.exists(f"{self.root}/{OWNER}")
-                if stat is not None and stat.ephemeralOwner == session_id(self.client):
+                if stat is not None and stat.ephemeralOwner == session_id(self.client) and held not in _HELD:
+                    _HELD.add(held)
                     return  # our own create, whose reply was lost
                 if time.monotonic() >= deadline:
                     raise QueueStateError(
-                        f"another streaming query is reading {self.queue_path} as consumer "
+                        f"another reader (a streaming query or a batch read) has {self.queue_path} as consumer "
                         f"{self.consumer_id!r} (its owner node {self.root}/{OWNER} is held by a live session); "
                         "stop it or choose another consumerId"
                     ) from None
                 time.sleep(0.25)
 
+    def _check_mode(self, mode: str) -> None:
+        data, stat = call_with_reconnect(self.client, lambda: self.client.get(self.root), f"reading {self.root}")
+        try:
+            recorded = json.loads(data).get("mode") if data else None
+        except (ValueError, AttributeError):
+            recorded = None
+        if recorded == mode:
+            return
+        if recorded is not None:
+            raise ConfigurationError(
+                f"consumer id {self.consumer_id!r} of {self.queue_path} is used by {recorded} reads, not {mode} "
+                "reads: a streaming query and batch reads of one queue need different consumerIds")
+        try:
+            self.client.set(self.root, json.dumps({"mode": mode}).encode(), version=stat.version)
+        except BadVersionError:
+            self._check_mode(mode)  # another reader recorded its mode first
+
+    def next_number(self) -> int:
+        """A batch number above every batch this consumer id ever staged (for batch reads, which have no
+        offsets): the root's child version only grows, and every staged batch was one of its children."""
+        stat = call_with_reconnect(self.client, lambda: self.client.exists(self.root), f"reading {self.root}")
+        return (stat.cversion if stat is not None else 0) + 1
+
     def release(self) -> None:
+        _HELD.discard((session_id(self.client), self.root))
         try:
             self.client.delete(f"{self.root}/{OWNER}")
         except NoNodeError:

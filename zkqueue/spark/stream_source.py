@@ -26,96 +26,19 @@ Rows: ``id`` (``<node name>:<index in node>``, stable across replays, for idempo
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader
 
 try:  # PySpark 4.2+: Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - older PySpark: every trigger reads what is due at each batch
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-from zkqueue.errors import ConfigurationError
-from zkqueue.formats import naming
-from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings
-from zkqueue.spark.options import KINDS, check_plain_name, float_option, int_option, normalize, zk_settings
+from zkqueue.spark.staged_reads import SourceOptions, StagedPartition, split_segments, staged_rows
 
 log = logging.getLogger("zkqueue.spark.stream_source")
-
-#: The key column of each queue kind in the source's rows.
-KEY_COLUMNS = {"priority": ("priority", "int"), "delay": ("delay_until", "bigint"), "id": ("item_id", "string")}
-SOURCE_OPTIONS = {
-    "zkhosts", "path", "queuepath", "consumerid", "maxitemspertrigger", "kind", "lockpath", "auth", "acl",
-    "chroot", "sessiontimeout", "connecttimeout", "ownerwait", "jutemaxbuffer", "partitions",
-}
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """Options of the streaming source; plain data, safe to pickle into executors."""
-
-    zk: ZkSettings
-    path: str
-    consumer_id: str
-    kind: str = "plain"
-    lock_path: str | None = None
-    max_items_per_trigger: int | None = None
-    jute_max_buffer: int | None = None
-    partitions: int = 4
-    owner_wait: float = DEFAULT_SESSION_TIMEOUT + 5.0
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> SourceOptions:
-        opts = normalize(options)
-        unknown = sorted(k for k in opts if k not in SOURCE_OPTIONS)
-        if unknown:
-            log.warning("ignoring unknown zkqueue source option(s): %s (known: %s)", unknown, sorted(SOURCE_OPTIONS))
-        hosts = opts.get("zkhosts")
-        if not hosts:
-            raise ConfigurationError("option zkHosts (the ZooKeeper connect string) is required")
-        zk = zk_settings(opts, hosts)
-        path = opts.get("path") or opts.get("queuepath")
-        if not path:
-            raise ConfigurationError("no queue path: use load('/queues/x') or option queuePath")
-        naming.validate_queue_path(path)
-        consumer_id = opts.get("consumerid", "").strip()
-        if not consumer_id:
-            raise ConfigurationError(
-                "option consumerId is required: a name for this stream consumer, stable across restarts (it names "
-                "the staging area that makes restarts exactly-once)")
-        check_plain_name("consumerId", consumer_id)
-        kind = opts.get("kind", "plain").strip().lower()
-        if kind not in KINDS:
-            raise ConfigurationError(f"option kind: expected one of {KINDS}, got {kind!r}")
-        lock_path = opts.get("lockpath") or None
-        if lock_path is not None:
-            naming.validate_path(lock_path)
-        return cls(
-            zk=zk, path=path, consumer_id=consumer_id, kind=kind, lock_path=lock_path,
-            max_items_per_trigger=int_option(opts, "maxitemspertrigger", None),
-            jute_max_buffer=int_option(opts, "jutemaxbuffer", None, minimum=4096),
-            partitions=int_option(opts, "partitions", 4) or 4,
-            owner_wait=float_option(opts, "ownerwait", zk.session_timeout + 5.0),
-        )
-
-
-def source_schema(kind: str) -> str:
-    """The source's schema (DDL) for a queue kind."""
-    columns = ["id string", "name string", "idx int", "value binary"]
-    if kind in KEY_COLUMNS:
-        column, sql_type = KEY_COLUMNS[kind]
-        columns.append(f"{column} {sql_type}")
-    return ", ".join(columns)
-
-
-@dataclass
-class StagedPartition(InputPartition):
-    """The staging segments one Spark task reads."""
-
-    paths: list[str]
-
 
 def _offset(batch: int) -> dict[str, int]:
     return {"batch": int(batch)}
@@ -185,12 +108,8 @@ class ZkQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     def partitions(self, start: dict, end: dict) -> list[StagedPartition]:
         stage = self._staging()
-        # Segments (about 1 MB of queue nodes each) spread over at most ``partitions`` tasks, in order: a Spark
-        # task costs tens of milliseconds, so a few big tasks beat many small ones.
         segments = [p for n in range(int(start["batch"]) + 1, int(end["batch"]) + 1) for p in stage.staged(n)]
-        count = min(self.options.partitions, len(segments))
-        size = -(-len(segments) // count) if count else 0
-        return [StagedPartition(segments[i : i + size]) for i in range(0, len(segments), size)] if size else []
+        return split_segments(segments, self.options.partitions)
 
     def commit(self, end: dict) -> None:
         deleted = self._staging().commit(int(end["batch"]))
@@ -205,34 +124,5 @@ class ZkQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     # ------------------------------------------------------------------------------------------ executor side
     def read(self, partition: StagedPartition) -> Iterator[Any]:
-        """The rows of one segment, as Arrow record batches (Spark takes them without converting row by row)."""
-        import pyarrow as pa  # noqa: PLC0415
-
-        from zkqueue.spark.clients import get_client  # noqa: PLC0415
-        from zkqueue.spark.consumers import key_of  # noqa: PLC0415
-        from zkqueue.spark.staging import decode_staged  # noqa: PLC0415
-
-        kind = self.options.kind
-        client = get_client(self.options.zk)
-        ids: list[str] = []
-        names: list[str] = []
-        indexes: list[int] = []
-        values: list[bytes] = []
-        keys: list[Any] = []
-        for name, index, payload in decode_staged(client, partition.paths):
-            ids.append(f"{name}:{index}")
-            names.append(name)
-            indexes.append(index)
-            values.append(payload)
-            if kind in KEY_COLUMNS:
-                keys.append(key_of(name, kind))
-        if not ids:
-            return
-        columns = [pa.array(ids, pa.string()), pa.array(names, pa.string()), pa.array(indexes, pa.int32()),
-                   pa.array(values, pa.binary())]
-        fields = ["id", "name", "idx", "value"]
-        if kind in KEY_COLUMNS:
-            column, sql_type = KEY_COLUMNS[kind]
-            columns.append(pa.array(keys, {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}[sql_type]))
-            fields.append(column)
-        yield pa.RecordBatch.from_arrays(columns, names=fields)
+        """The rows of one task's segments, as Arrow record batches; never deletes anything."""
+        return staged_rows(self.options, partition)
