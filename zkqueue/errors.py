@@ -88,3 +88,34 @@ class NoSuchElementError(ZkQueueError, LookupError):
 
 class QueueFullError(QueueStateError):
     """A bounded queue (``max_items`` / the Spark sink's ``maxItems``) stayed full past the allowed wait."""
+
+
+class JobNotFoundError(ZkQueueError, LookupError):
+    """No job at this index of a job source (yet): ``JobLog.at`` past its head, or index 0 (the log's origin)."""
+
+
+class JobPrunedError(JobNotFoundError):
+    """The job at this index was pruned (``JobLog.prune``): a consumer resuming behind it cannot run it."""
+
+
+class LogFormatError(ZkQueueError, ValueError):
+    """A job log's nodes hold what :class:`~zkqueue.progress.JobLog` did not write (or another bucket size)."""
+
+
+class AppendUncertainError(ZkQueueError):
+    """An append's reply was lost and other appends followed: it may or may not be in the log.
+
+    ``indexes`` are the indexes it has if it was stored."""
+
+    def __init__(self, message: str, indexes: list[int]) -> None:
+        super().__init__(message)
+        self.indexes = indexes
+
+
+class ProgressFormatError(ZkQueueError, ValueError):
+    """A progress node holds data that is not a stored processed index."""
+
+
+class ProgressFencedError(QueueStateError):
+    """This consumer is no longer the active one (its election node is gone, or the stored progress changed under
+    it): the progress write or hand-off was refused."""
