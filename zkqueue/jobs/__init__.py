@@ -19,7 +19,7 @@ from zkqueue.jobs.model import Job, JobError, JobState
 from zkqueue.jobs.queue import JobQueue
 from zkqueue.jobs.reaper import Keep
 from zkqueue.jobs.retry import RetryPolicy
-from zkqueue.jobs.scope import ClaimedJob, TakeScope
+from zkqueue.jobs.scope import ClaimedJob, HeldJob, TakeScope
 from zkqueue.jobs.worker import JobWorker
 
-__all__ = ["ClaimedJob", "Job", "JobError", "JobQueue", "JobState", "JobWorker", "Keep", "RetryPolicy", "TakeScope"]
+__all__ = ["ClaimedJob", "HeldJob", "Job", "JobError", "JobQueue", "JobState", "JobWorker", "Keep", "RetryPolicy", "TakeScope"]

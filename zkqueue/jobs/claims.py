@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
 from zkqueue.errors import CorruptItemError
@@ -31,11 +31,23 @@ class Claimed:
     version: int
 
 
-class JobClaims(ClaimHook):
-    """Counts attempts at claim time and hands the claimed records to whoever takes the nodes."""
+#: The seam for a job out of attempts at claim time: ``on_exhausted(record, version)`` returns the completion that
+#: ends it (committed fenced, with the claim), or None for the default (the dead letters).
+OnExhausted = Callable[[Record, int], "Completion | None"]
 
-    def __init__(self, client: Any, paths: store.Paths, retry: RetryPolicy, acl: Any) -> None:
+
+class JobClaims(ClaimHook):
+    """Counts attempts at claim time and hands the claimed records to whoever takes the nodes.
+
+    ``on_exhausted`` is a seam for the layers above (flows): it decides how a job whose workers kept dying ends, so
+    that layer can record the death in its own state in the same fenced multi. A completion whose ops fail (e.g. a
+    version check of that layer's state) fails the claim: the node is released and the decision is taken again at
+    its next claim."""
+
+    def __init__(self, client: Any, paths: store.Paths, retry: RetryPolicy, acl: Any,
+                 on_exhausted: OnExhausted | None = None) -> None:
         self._client = client
+        self._on_exhausted = on_exhausted
         self._paths = paths
         self._retry = retry
         self._acl = acl
@@ -72,6 +84,14 @@ class JobClaims(ClaimHook):
         if record.attempts >= self._retry.max_attempts:
             log.warning("job %s used all %d attempts (its workers were lost); it goes to the dead letters",
                         record.id, record.attempts)
+            if self._on_exhausted is not None:
+                try:
+                    completion = self._on_exhausted(record, version)
+                except Exception:  # decided again at the next claim
+                    log.warning("ending job %s (out of attempts) failed; it is released", record.id, exc_info=True)
+                    return Completion.release()
+                if completion is not None:
+                    return completion
             errors = record.failed("worker lost: attempts exhausted without an outcome", "")
             return store.finish(self._paths, record, version, JobState.DEAD, self._acl, errors=errors)
         active, ops = store.claim_ops(self._paths, record, version)

@@ -18,12 +18,12 @@ from zkqueue.engine.leases import held_items
 from zkqueue.formats import naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
 from zkqueue.jobs import names, store
-from zkqueue.jobs.claims import JobClaims
+from zkqueue.jobs.claims import JobClaims, OnExhausted
 from zkqueue.jobs.model import Job, JobState, Record, now_ms
 from zkqueue.jobs.outcomes import JobOutcomes
 from zkqueue.jobs.reaper import Keep, Reaper, reap
 from zkqueue.jobs.retry import RetryPolicy
-from zkqueue.jobs.scope import TakeScope
+from zkqueue.jobs.scope import HeldJob, TakeScope, claim_held
 from zkqueue.jobs.worker import JobWorker
 from zkqueue.transport import protocol
 
@@ -35,7 +35,9 @@ class JobQueue:
 
     ``serializer`` turns params and results into bytes (JSON by default). ``retry`` decides attempts and
     backoff. ``keep_completed`` / ``keep_dead`` bound the finished records (:class:`~zkqueue.jobs.reaper.Keep`),
-    checked every ``reap_interval`` seconds. ``acl`` is the ACL of every node the queue creates.
+    checked every ``reap_interval`` seconds. ``acl`` is the ACL of every node the queue creates. ``on_exhausted``
+    (a seam for the layers above) decides how a job out of attempts at claim time ends (see
+    :class:`~zkqueue.jobs.claims.JobClaims`).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class JobQueue:
         reap_interval: float = 60.0,
         acl: Sequence[Any] | None = None,
         batch_size: int | None = None,
+        on_exhausted: OnExhausted | None = None,
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
@@ -66,7 +69,7 @@ class JobQueue:
         self._keep_dead = keep_dead or Keep(count=10_000, age=None)
         self._reap_interval = float(reap_interval)
         self._batch_size = batch_size
-        self._claims = JobClaims(client, self.paths, self.retry, self._acl)
+        self._claims = JobClaims(client, self.paths, self.retry, self._acl, on_exhausted)
         self._outcomes = JobOutcomes(self.paths, self._serializer, self.retry, self._acl)
         self._engine: DistributedQueue[Any] = self._engine_queue(None, None)  # adds, pulls, commits
         self._workers: list[JobWorker] = []
@@ -185,6 +188,12 @@ class JobQueue:
         decide one job."""
         self._check_started()
         return TakeScope(self._engine, self._claims, self._outcomes, max_jobs, timeout)
+
+    def claim(self, timeout: float | None = None) -> HeldJob | None:
+        """Claim one due job and hold it (blocks up to ``timeout`` seconds; None if none was due): a seam for the
+        layers above that commit a job's end in their own multis (flows). See :class:`~zkqueue.jobs.scope.HeldJob`."""
+        self._check_started()
+        return claim_held(self._engine, self._claims, timeout)
 
     def work(self, handler: Callable[[Job], Any], concurrency: int = 1) -> JobWorker:
         """Run ``handler(job)`` for jobs on ``concurrency`` threads until :meth:`JobWorker.stop` or close(): its

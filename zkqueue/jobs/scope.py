@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from zkqueue.engine.commit import delete_op
 from zkqueue.engine.completion import Outcome
+from zkqueue.engine.leases import LeaseKind, Leases, item_finish_ops
 from zkqueue.engine.queue import DistributedQueue
+from zkqueue.engine.seams import Completion
 from zkqueue.errors import QueueStateError
 from zkqueue.jobs.claims import Claimed, JobClaims
-from zkqueue.jobs.model import Job
+from zkqueue.jobs.model import Job, Record
 from zkqueue.jobs.outcomes import JobOutcomes
 
 log = logging.getLogger("zkqueue.jobs.scope")
@@ -87,3 +90,70 @@ class TakeScope:
         outcomes = [o for o, _c, _j in self._held]
         self._held = []
         self._engine.complete_nodes(outcomes)
+
+
+@dataclass
+class HeldJob:
+    """One job claimed and held under its lease, for a layer above that decides its end itself (the flows' seam).
+
+    ``node_path`` and ``node_version`` name the queue item; ``record`` is the job's record as the claim left it
+    (ACTIVE, the attempt counted) and ``version`` that record node's version: every later claim of the job changes
+    it. End it exactly once: with :meth:`finish` (a :class:`~zkqueue.engine.seams.Completion`, committed by the
+    engine, fenced by the lease), with :meth:`release`, or by committing the multi :meth:`ack_ops` builds yourself
+    (e.g. to retry it after a version race on your own nodes) and then calling :meth:`forget`.
+    """
+
+    node_path: str
+    node_version: int
+    record: Record
+    version: int
+    _outcome: Outcome = field(repr=False)
+    _complete: Callable[[list[Outcome]], None] = field(repr=False)
+    _release: Callable[[list[Outcome]], None] = field(repr=False)
+    _done: bool = field(default=False, repr=False)
+
+    def finish(self, completion: Completion) -> None:
+        """End the job by ``completion`` (once)."""
+        if self._done:
+            raise QueueStateError(f"job {self.record.id!r} is already finished")
+        self._done = True
+        self._outcome.completion = completion
+        self._complete([self._outcome])
+
+    def ack_ops(self, extra_ops: list[Any]) -> tuple[list[Any], int]:
+        """The ops of this job's ack with ``extra_ops``, fenced by its lease exactly as the engine commits them
+        (the session fence's check, the item lease's fence child, the item at its version, ``extra_ops``, the
+        lease's lock), and the index of the first extra op: a failure before it means the lease was lost."""
+        held = self._outcome.held
+        if held is None or held.lease.kind is not LeaseKind.ITEM or held.lease.fence is None:
+            raise QueueStateError(f"job {self.record.id!r} is not held under an item lease")
+        prefix = Leases.prefix_for(held.lease.session_fence)
+        ops = prefix + item_finish_ops(held.lease.fence, held.lease.lock,
+                                       [delete_op(self.node_path, self.node_version), *extra_ops])
+        return ops, len(prefix) + 2
+
+    def forget(self) -> None:
+        """After a multi from :meth:`ack_ops` committed: the engine lets go of the job (its nodes are gone)."""
+        if not self._done:
+            self._done = True
+            self._release([self._outcome])
+
+    def release(self) -> None:
+        """Give the job back untouched (its counted attempt stays counted)."""
+        if self._done:
+            return
+        self._done = True
+        self._release([self._outcome])
+
+
+def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float | None) -> HeldJob | None:
+    """Claim one due job of ``engine`` (pull mode) and hold it; None if none was due within ``timeout``."""
+    for o in engine.claim_nodes(1, timeout):
+        claimed = claims.take(o.held.path) if o.held is not None else None
+        if claimed is None or o.held is None:  # cannot happen: the claim hook ran for every node it returned
+            log.error("claimed node %s has no claimed record; giving it back", o.name)
+            engine.release_nodes([o])
+            continue
+        return HeldJob(o.held.path, o.version, claimed.record, claimed.version, o, engine.complete_nodes,
+                       engine.release_nodes)
+    return None

@@ -1,0 +1,317 @@
+"""zkqueue.flows on a real ZooKeeper: linear, fan-out and fan-in flows, dead branches under fail and continue,
+Next routing, distinct ids, per-step retries, max_concurrency, and dead steps after lost workers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from zkqueue.errors import ConfigurationError, QueueNotStartedError
+from zkqueue.flows import Flow, FlowJob, FlowState, Next, store
+from zkqueue.flows.definition import Ending
+from zkqueue.flows.handoff import OK, StepRef
+from zkqueue.jobs import RetryPolicy
+from zkqueue.server.testing import wait_for
+
+PATH = "/flows/access"
+FAST = RetryPolicy(max_attempts=3, backoff=0.05, max_backoff=0.2, jitter=False)
+
+
+def done_once(job: FlowJob) -> dict[str, int]:
+    """How many times each step is in the history as done."""
+    out: dict[str, int] = {}
+    for h in job.history:
+        if h.status == "done":
+            out[h.step] = out.get(h.step, 0) + 1
+    return out
+
+
+def test_linear_flow_keeps_every_result(zk_client) -> None:
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("check", lambda job: {"ok": job.params["user"] == 62}, next="update")
+    flow.step("update", lambda job: job.results["check"]["ok"] and "roles", next="notify")
+    flow.step("notify", lambda job: f"told {job.params['user']}")
+    with flow:
+        assert flow.add({"user": 62}, job_id="join-62") == "join-62"
+        with flow.work(concurrency=2):
+            job = flow.wait("join-62", timeout=30)
+        assert job.state is FlowState.COMPLETED and job.pending == []
+        assert job.results == {"check": {"ok": True}, "update": "roles", "notify": "told 62"}
+        assert [h.step for h in job.history] == ["check", "update", "notify"]
+        assert all(h.status == "done" and h.attempts == 1 and h.started_ms <= h.finished_ms for h in job.history)
+        assert job.params == {"user": 62} and job.errors == []
+        counts = flow.counts()
+        assert counts["completed"] == 1 and counts["running"] == 0
+        assert all(c == {"queued": 0, "active": 0, "retrying": 0} for c in counts["steps"].values())
+
+
+def test_fan_out_and_fan_in_run_the_join_once_with_every_result(zk_client) -> None:
+    joins: list[dict] = []
+    lock = threading.Lock()
+
+    def notify(job):  # noqa: ANN001, ANN202
+        with lock:
+            joins.append(dict(job.results))
+        return sorted(k for k in job.results if k in ("discord", "telegram", "slack"))
+
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("update", lambda job: job.params["n"], next=["discord", "telegram", "slack"])
+    flow.step("discord", lambda job: ("d", job.results["update"]))
+    flow.step("telegram", lambda job: ("t", job.results["update"]))
+    flow.step("slack", lambda job: ("s", job.results["update"]))
+    flow.step("notify", notify, after=["discord", "telegram", "slack"])
+    n = 20
+    with flow:
+        ids = [flow.add({"n": i}, job_id=f"f{i}") for i in range(n)]
+        with flow.work(concurrency=3):  # branches of one flow job end at the same time: they race on its record
+            jobs = [flow.wait(i, timeout=60) for i in ids]
+    assert len(joins) == n  # each join ran exactly once
+    for i, job in enumerate(jobs):
+        assert job.state is FlowState.COMPLETED
+        assert job.results["discord"] == ["d", i] and job.results["telegram"] == ["t", i]
+        assert job.results["slack"] == ["s", i] and job.results["notify"] == ["discord", "slack", "telegram"]
+        assert done_once(job) == {"update": 1, "discord": 1, "telegram": 1, "slack": 1, "notify": 1}
+        assert job.history[-1].step == "notify"
+
+
+def test_dead_branch_under_fail_ends_the_flow_job_and_cancels_queued_siblings(zk_client) -> None:
+    ran: list[str] = []
+
+    def broken(job):  # noqa: ANN001, ANN202
+        raise RuntimeError("discord is down")
+
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("update", lambda job: 1, next=["discord", "telegram"])
+    flow.step("discord", broken, retry=RetryPolicy(max_attempts=2, backoff=0.05, jitter=False))
+    flow.step("telegram", lambda job: ran.append("telegram"))
+    flow.step("notify", lambda job: ran.append("notify"), after=["discord", "telegram"])
+    with flow:
+        flow.add({}, job_id="j1")
+        with flow.work(steps=["update", "discord"]):  # telegram's job stays queued
+            job = flow.wait("j1", timeout=30)
+        assert job.state is FlowState.FAILED and job.pending == []
+        assert job.steps == {"update": "done", "discord": "failed", "telegram": "cancelled"}
+        assert [e.error for e in job.errors] == ["RuntimeError: discord is down"] * 2
+        assert [(e.step, e.attempt) for e in job.errors] == [("discord", 1), ("discord", 2)]
+        assert flow.queue("telegram").counts()["queued"] == 0  # dropped in the failing hand-off's multi
+        with flow.work(steps=["telegram", "notify"]):
+            time.sleep(0.5)
+        assert ran == []
+        assert flow.get("j1").state is FlowState.FAILED
+
+
+def test_dead_branch_under_continue_still_runs_the_join(zk_client) -> None:
+    seen: list[FlowJob] = []
+
+    def broken(job):  # noqa: ANN001, ANN202
+        raise ValueError("no telegram account")
+
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("update", lambda job: 1, next=["discord", "telegram"])
+    flow.step("discord", lambda job: "granted")
+    flow.step("telegram", broken, retry=RetryPolicy(max_attempts=1))
+    flow.step("notify", lambda job: seen.append(job) or sorted(e.step for e in job.errors),
+              after=["discord", "telegram"], on_failure="continue")
+    with flow:
+        flow.add({}, job_id="j2")
+        with flow.work(concurrency=2):
+            job = flow.wait("j2", timeout=30)
+    assert job.state is FlowState.COMPLETED
+    assert job.steps == {"update": "done", "discord": "done", "telegram": "failed", "notify": "done"}
+    assert job.results == {"update": 1, "discord": "granted", "notify": ["telegram"]}
+    assert len(seen) == 1 and seen[0].results == {"update": 1, "discord": "granted"}
+    assert [(h.step, h.status) for h in job.history][-1] == ("notify", "done")
+
+
+def test_next_routes_at_run_time(zk_client) -> None:
+    def check(job):  # noqa: ANN001, ANN202
+        return Next("grant" if job.params["ok"] else "deny", {"checked": True})
+
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("check", check, next="grant")
+    flow.step("grant", lambda job: "granted")
+    flow.step("deny", lambda job: "denied")
+    flow.step("bad", lambda job: Next("nowhere"), retry=RetryPolicy(max_attempts=3, backoff=0.05))
+    with flow:
+        flow.add({"ok": True}, job_id="yes")
+        flow.add({"ok": False}, job_id="no")
+        flow.add({}, job_id="lost", step="bad")
+        with flow.work():
+            yes, no, lost = (flow.wait(i, timeout=30) for i in ("yes", "no", "lost"))
+    assert yes.results == {"check": {"checked": True}, "grant": "granted"}
+    assert no.results == {"check": {"checked": True}, "deny": "denied"}
+    assert lost.state is FlowState.FAILED and "ConfigurationError" in lost.errors[-1].error
+    assert len(lost.errors) == 1  # an unknown step is not retried
+
+
+def test_duplicate_id_returns_none_while_running(zk_client) -> None:
+    release = threading.Event()
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("slow", lambda job: release.wait(10) and job.params)
+    with flow:
+        assert flow.add(1, job_id="dup") == "dup"
+        assert flow.add(2, job_id="dup") is None  # queued
+        with flow.work():
+            wait_for(lambda: flow.counts()["steps"]["slow"]["active"] == 1)
+            assert flow.add(3, job_id="dup") is None  # running
+            release.set()
+            job = flow.wait("dup", timeout=30)
+            assert job.results == {"slow": 1}
+            assert flow.add(4, job_id="dup") == "dup"  # finished: runs again
+            assert flow.wait("dup", timeout=30).results == {"slow": 4}
+        again = flow.get("dup")
+        assert again.run == 2 and done_once(again) == {"slow": 1}  # each run has its own record
+        assert flow.get("never") is None
+
+
+def test_each_step_retries_with_its_own_policy(zk_client) -> None:
+    calls = {"flaky": 0, "strict": 0}
+
+    def flaky(job):  # noqa: ANN001, ANN202
+        calls["flaky"] += 1
+        if job.attempt < 3:
+            raise RuntimeError(f"try {job.attempt}")
+        return job.attempt
+
+    def strict(job):  # noqa: ANN001, ANN202
+        calls["strict"] += 1
+        raise RuntimeError("never")
+
+    flow = Flow(zk_client, PATH, retry=RetryPolicy(max_attempts=1))
+    flow.step("flaky", flaky, next="strict", retry=RetryPolicy(max_attempts=4, backoff=0.05, jitter=False))
+    flow.step("strict", strict, retry=RetryPolicy(max_attempts=2, backoff=0.05, jitter=False))
+    with flow:
+        flow.add({}, job_id="r")
+        with flow.work():
+            job = flow.wait("r", timeout=30)
+    assert calls == {"flaky": 3, "strict": 2}
+    assert job.state is FlowState.FAILED and job.results == {"flaky": 3}
+    assert [(h.step, h.status, h.attempts) for h in job.history] == [("flaky", "done", 3), ("strict", "failed", 2)]
+    assert [(e.step, e.attempt) for e in job.errors] == [("flaky", 1), ("flaky", 2), ("strict", 1), ("strict", 2)]
+
+
+def test_max_concurrency_is_honoured_across_workers(zk_client, zk_client_factory) -> None:
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+    gate = threading.Event()
+
+    def limited(job):  # noqa: ANN001, ANN202
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        try:
+            gate.wait(0.2)  # hold the slot a while so the others would overlap if they could
+        finally:
+            with lock:
+                running -= 1
+        return job.params
+
+    def define(client) -> Flow:  # noqa: ANN001
+        return Flow(client, PATH, retry=FAST).step("limited", limited, max_concurrency=2)
+
+    other = zk_client_factory()
+    with define(zk_client) as a, define(other) as b:
+        ids = [a.add(i, job_id=f"c{i}") for i in range(10)]
+        with a.work(concurrency=3), b.work(concurrency=3):  # six threads, two slots
+            jobs = [a.wait(i, timeout=60) for i in ids]
+    assert all(j.state is FlowState.COMPLETED for j in jobs)
+    assert peak == 2
+
+
+def test_shared_data_and_bad_inputs(zk_client) -> None:
+    def first(job):  # noqa: ANN001, ANN202
+        job.data["seen"] = [job.step]
+
+    def second(job):  # noqa: ANN001, ANN202
+        job.data["seen"] = job.data["seen"] + [job.step]
+        return len(job.data["seen"])
+
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("first", first, next="second")
+    flow.step("second", second)
+    with pytest.raises(ConfigurationError):
+        flow.step("first", first)
+    with pytest.raises(ConfigurationError):
+        flow.step("x/y", first)
+    with pytest.raises(ConfigurationError):
+        flow.step("z", first, on_failure="ignore")
+    with pytest.raises(ConfigurationError):
+        flow.step("z", first, max_concurrency=0)
+    with pytest.raises(QueueNotStartedError):
+        flow.add({})
+    with flow:
+        with pytest.raises(ConfigurationError):
+            flow.add({}, step="nope")
+        with pytest.raises(TypeError):
+            flow.add({}, job_id=7)  # type: ignore[arg-type]
+        flow.add({}, job_id="d")
+        with flow.work():
+            job = flow.wait("d", timeout=30)
+        assert job.data == {"seen": ["first", "second"]} and job.results["second"] == 2
+        with pytest.raises(TimeoutError):
+            flow.add({}, job_id="waits")
+            flow.wait("waits", timeout=0.3)
+    bad = Flow(zk_client, "/flows/bad").step("a", first, next="missing")
+    with pytest.raises(ConfigurationError):
+        bad.start()
+
+
+def test_a_step_whose_workers_keep_dying_is_dead_and_the_flow_job_ends(zk_client) -> None:
+    """Attempts are counted at claim: a step claimed max_attempts times without an outcome is dead at its next
+    claim, and that death hands off like any other (here: the flow job fails)."""
+    flow = Flow(zk_client, PATH, retry=RetryPolicy(max_attempts=2, backoff=0.05))
+    flow.step("crashy", lambda job: "never")
+    with flow:
+        flow.add({}, job_id="k")
+        jq = flow.queue("crashy")
+        for _ in range(2):  # two workers that claim the step and die (give it back without an outcome)
+            held = jq.claim(timeout=5)
+            assert held is not None
+            held.release()
+        with flow.work():
+            job = flow.wait("k", timeout=30)
+    assert job.state is FlowState.FAILED and job.steps == {"crashy": "failed"}
+    assert "attempts exhausted" in job.errors[-1].error
+    assert [(h.step, h.status, h.attempts) for h in job.history] == [("crashy", "failed", 2)]
+
+
+def test_a_hand_off_that_loses_the_race_for_the_flow_record_reads_it_again(zk_client, monkeypatch) -> None:
+    """Two branches end together: the second multi fails on the flow record's version, is built again from the
+    record the first one left, and so queues the join (exactly once)."""
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("split", lambda job: 0, next=["a", "b"])
+    flow.step("a", lambda job: "A")
+    flow.step("b", lambda job: "B")
+    flow.step("join", lambda job: sorted(job.results), after=["a", "b"])
+    with flow:
+        flow.add({}, job_id="race")
+        with flow.work(steps=["split"]):
+            wait_for(lambda: flow.get("race").pending == ["a", "b"])
+        held_a, held_b = flow.queue("a").claim(timeout=5), flow.queue("b").claim(timeout=5)
+        real_read = store.read
+        reads = []
+
+        def read_then_let_b_in(*args):  # noqa: ANN002, ANN202
+            got = real_read(*args)
+            if not reads:  # a read the record; b's hand-off commits before a's multi
+                reads.append(got)
+                assert flow.handoff.end(StepRef("b", held_b.record, held_b.version, held_b.ack_ops),
+                                        Ending(ok=True, result="B")) == OK
+                held_b.forget()
+            return got
+
+        monkeypatch.setattr(store, "read", read_then_let_b_in)
+        assert flow.handoff.end(StepRef("a", held_a.record, held_a.version, held_a.ack_ops),
+                                Ending(ok=True, result="A")) == OK
+        held_a.forget()
+        monkeypatch.setattr(store, "read", real_read)
+        assert flow.handoff.races == 1
+        assert flow.get("race").pending == ["join"]
+        with flow.work(steps=["join"]):
+            job = flow.wait("race", timeout=30)
+    assert job.results == {"split": 0, "a": "A", "b": "B", "join": ["a", "b", "split"]}
+    assert done_once(job) == {"split": 1, "a": 1, "b": 1, "join": 1}

@@ -1,0 +1,173 @@
+"""The hand-off: how a step's end commits, in ONE ZooKeeper multi.
+
+The multi deletes the step's queue item and its job record (both version-checked: the record's version changes
+with every claim, so a worker whose job was claimed again by another one cannot commit: the job layer's fence),
+replaces the flow record (the step's result merged in, its history entry appended, version-checked) and creates
+the next steps' job records and items, or drops the queued siblings of a flow job that failed.
+
+Steps of one flow job that end at the same time (fan-out branches) race on the flow record's version: the loser
+gets BadVersion, reads the record again and rebuilds its multi, so exactly one of them sees that the last branch
+a join waits for is done, and queues the join. A multi whose reply was lost is answered by the flow record: each
+hand-off's history entry carries its token.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from kazoo.exceptions import NoNodeError
+
+from zkqueue.engine.commit import CONNECTION_ERRORS, delete_op
+from zkqueue.engine.seams import Completion
+from zkqueue.errors import QueueStateError
+from zkqueue.flows import definition, model, store
+from zkqueue.flows.definition import Definition, Ending
+from zkqueue.flows.model import FlowRecord, FlowState, HistoryEntry, StepError
+from zkqueue.jobs.model import Record
+from zkqueue.transport import protocol
+
+log = logging.getLogger("zkqueue.flows.handoff")
+
+#: Hand-off multis tried per step end before the step is given back (each try after a version race).
+MAX_TRIES = 60
+#: How long a hand-off waits for a lost connection to come back.
+RECONNECT_WAIT = 30.0
+
+OK = "ok"  # committed
+LOST = "lost"  # another worker holds the step's job now (or it was dropped): nothing was committed by us
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """The step job being ended: its step, its job record as claimed and that record's version; ``ack_ops``
+    wraps the hand-off's ops in the item's fenced ack (:meth:`zkqueue.jobs.HeldJob.ack_ops`), or is None when the
+    engine acks the item itself (a claim-time death)."""
+
+    step: str
+    record: Record
+    version: int
+    ack_ops: Callable[[list[Any]], tuple[list[Any], int]] | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.record.id
+
+
+def wait_connected(client: Any, timeout: float = RECONNECT_WAIT) -> bool:
+    """Wait up to ``timeout`` seconds for ``client`` to be connected; whether it is."""
+    deadline = time.monotonic() + timeout
+    while not client.connected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(client.connected)
+
+
+def step_errors(step: str, record: Record) -> tuple[StepError, ...]:
+    return tuple(StepError(step, e.attempt, e.error, e.at_ms) for e in record.errors)
+
+
+class Handoff:
+    """Commits step ends for one flow."""
+
+    def __init__(self, client: Any, paths: store.Paths, defn: Definition, step_paths: Callable[[str], Any],
+                 acl: Any) -> None:
+        self._client = client
+        self._paths = paths
+        self._defn = defn
+        self._step_paths = step_paths  # step name -> jobs.store.Paths
+        self._acl = acl
+        self.skipped = 0  # step jobs dropped without a flow record to go with (counted, logged)
+        self.races = 0  # hand-offs built again after another one changed the flow record first
+
+    # ------------------------------------------------------------------------------------------ building
+    def _fence_ops(self, ref: StepRef) -> list[Any]:
+        return [delete_op(self._step_paths(ref.step).record(ref.job_id), ref.version)]
+
+    def _entry(self, ref: StepRef, status: str, token: str) -> HistoryEntry:
+        return HistoryEntry(ref.step, status, ref.record.attempts, ref.record.updated_ms, model.now_ms(), token)
+
+    def _build(self, ref: StepRef, ending: Ending | None, token: str, read: tuple[FlowRecord, int] | None
+               ) -> list[Any]:
+        """The multi ending ``ref``: ``ending`` None drops it (its flow job failed or is gone)."""
+        fence = self._fence_ops(ref)
+        if read is None:
+            return fence
+        rec, version = read
+        if store.run_of(ref.record) != rec.run:
+            return fence  # a step job of an earlier run
+        if ending is None or (rec.state is FlowState.RUNNING and rec.steps.get(ref.step) != model.QUEUED):
+            if rec.state is FlowState.RUNNING and rec.steps.get(ref.step) == model.QUEUED:
+                raise QueueStateError("a running flow job's step cannot be dropped")
+            new = definition.cancelled(rec, self._entry(ref, model.CANCELLED, token))
+            return fence + [store.write_op(self._paths, new, version, self._acl)]
+        status = model.DONE if ending.ok else model.FAILED
+        new, queue, cancel = definition.advance(self._defn, rec, ref.step, ending, self._entry(ref, status, token))
+        ops = fence + [store.write_op(self._paths, new, version, self._acl)]
+        ops += store.queue_ops(self._client, [self._step_paths(n) for n in queue], rec.id, rec.run, self._acl)
+        ops += store.cancel_ops(self._client, [self._step_paths(n) for n in cancel if n != ref.step], rec.id)
+        return ops
+
+    # ------------------------------------------------------------------------------------------ committing
+    def end(self, ref: StepRef, ending: Ending | None) -> str:
+        """Commit the end of ``ref`` (``ending`` None: drop it). Returns :data:`OK` or :data:`LOST`; raises
+        :class:`~zkqueue.errors.QueueStateError` when it could not (the caller gives the job back)."""
+        token = uuid.uuid4().hex[:16]
+        ambiguous = False
+        for attempt in range(MAX_TRIES):
+            read = store.read(self._client, self._paths, ref.job_id)
+            if ambiguous and read is not None and read[0].committed(token):
+                return OK
+            ops, fence_len = self._build(ref, ending, token, read), 1
+            if ref.ack_ops is not None:
+                ops, first = ref.ack_ops(ops)
+                fence_len += first
+            try:
+                result = protocol.run_multi(self._client, ops)
+            except CONNECTION_ERRORS as exc:
+                log.warning("hand-off of %s/%s lost its reply (%r); checking", ref.step, ref.job_id, exc)
+                ambiguous = True
+                wait_connected(self._client)
+                continue
+            if result.ok:
+                if read is None:
+                    self.skipped += 1
+                    log.warning("step %s of flow job %s has no flow record: dropped", ref.step, ref.job_id)
+                return OK
+            failed = result.failed_index
+            if failed is not None and (failed < fence_len or failed == len(ops) - 1):
+                if ambiguous:
+                    again = store.read(self._client, self._paths, ref.job_id)
+                    if again is not None and again[0].committed(token):
+                        return OK
+                log.info("step %s of flow job %s is no longer ours (%r): nothing committed", ref.step, ref.job_id,
+                         result.failure)
+                return LOST
+            # The flow record changed under us (a sibling's hand-off), or a next step's node did: read again.
+            self.races += 1
+            log.debug("hand-off of %s/%s raced (%r at op %s); again", ref.step, ref.job_id, result.failure, failed)
+            time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
+        raise QueueStateError(f"hand-off of step {ref.step} of flow job {ref.job_id} kept racing; given back")
+
+    # ------------------------------------------------------------------------------------------ claim seam
+    def exhausted(self, step: str) -> Callable[[Record, int], Completion | None]:
+        """The job layer's ``on_exhausted`` for ``step``: a step job whose workers kept dying is dead; its death
+        commits with the claim (the engine acks the item in the same fenced multi)."""
+
+        def on_exhausted(record: Record, version: int) -> Completion | None:
+            errors = record.failed("worker lost: attempts exhausted without an outcome", "")
+            dead = replace(record, errors=errors)
+            ref = StepRef(step, dead, version)
+            log.warning("step %s of flow job %s used all %d attempts (its workers were lost): it is dead", step,
+                        record.id, record.attempts)
+            try:
+                read = store.read(self._client, self._paths, record.id)
+            except NoNodeError:
+                read = None
+            ending = Ending(ok=False, errors=step_errors(step, dead)[-1:])
+            return Completion.ack(extra_ops=self._build(ref, ending, uuid.uuid4().hex[:16], read))
+
+        return on_exhausted

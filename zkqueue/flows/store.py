@@ -1,0 +1,111 @@
+"""Where a flow keeps things, and the ops that write them.
+
+``<path>/flows/<id>`` is the record of every flow job (running or finished; its existence while RUNNING is what
+makes ids distinct); ``<path>/steps/<step>`` is the job queue of each step (:mod:`zkqueue.jobs.store` layout),
+whose jobs carry the flow job's id and run number; ``<path>/limits/<step>`` the semaphore of a step with a
+``max_concurrency``. A step's job record lives only while the step is queued or running: the flow record keeps
+what came of it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from zkqueue.engine.commit import create_op, delete_op
+from zkqueue.engine.leases import held_items
+from zkqueue.flows.model import FlowRecord
+from zkqueue.formats import naming
+from zkqueue.jobs import names
+from zkqueue.jobs import store as job_store
+from zkqueue.jobs.model import JobState, Record
+from zkqueue.transport import protocol
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: str
+
+    @property
+    def flows(self) -> str:
+        return naming.join(self.root, "flows")
+
+    @property
+    def steps(self) -> str:
+        return naming.join(self.root, "steps")
+
+    @property
+    def limits(self) -> str:
+        return naming.join(self.root, "limits")
+
+    def flow(self, job_id: str) -> str:
+        return naming.join(self.flows, names.node_id(job_id))
+
+    def step(self, name: str) -> str:
+        return naming.join(self.steps, name)
+
+    def limit(self, name: str) -> str:
+        return naming.join(self.limits, name)
+
+
+def run_of(record: Record) -> int:
+    """The flow run a step's job belongs to (0 if its params do not say)."""
+    try:
+        return int(json.loads(record.params)["run"])
+    except Exception:
+        return 0
+
+
+def read(client: Any, paths: Paths, job_id: str) -> tuple[FlowRecord, int] | None:
+    """The flow record of ``job_id`` and its version, or None."""
+    try:
+        data, stat = client.get(paths.flow(job_id))
+    except NoNodeError:
+        return None
+    return FlowRecord.decode(data), stat.version
+
+
+def write_op(paths: Paths, rec: FlowRecord, version: int | None, acl: Any) -> Any:
+    """Create the flow record (``version`` None) or replace it, version-checked."""
+    if version is None:
+        return create_op(paths.flow(rec.id), rec.encode(), acl=acl)
+    return protocol.SetDataOp(paths.flow(rec.id), rec.encode(), version)
+
+
+def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: int, acl: Any) -> list[Any]:
+    """Ops that queue a step job for ``job_id``'s run ``run`` in each of ``step_paths``; a job record left there
+    by an earlier run is deleted first (version-checked)."""
+    paths = [p.record(job_id) for p in step_paths]
+    stale = protocol.multi_read(client, paths) if paths else []
+    ops: list[Any] = []
+    params = json.dumps({"run": run}).encode()
+    for sp, path, res in zip(step_paths, paths, stale):
+        if not isinstance(res, BaseException):
+            ops.append(delete_op(path, res[1].version))
+        record = Record(id=job_id, state=JobState.QUEUED, params=params)
+        ops.extend(job_store.add_ops(sp, record, [], acl))
+    return ops
+
+
+def cancel_ops(client: Any, step_paths: list[job_store.Paths], job_id: str) -> list[Any]:
+    """Ops that drop ``job_id``'s queued (not running) step jobs in ``step_paths``: the items and their records
+    (the record version-checked, so a claim that got there first wins)."""
+    ops: list[Any] = []
+    for sp in step_paths:
+        items = [n for n in client.get_children(sp.queue) if (p := names.parse_item(n)) and p.job_id == job_id]
+        if not items:
+            continue
+        held = held_items(items, client.get_children(sp.locks), sp.queue)
+        free = [n for n in items if n not in held]
+        if not free:
+            continue
+        try:
+            _data, stat = client.get(sp.record(job_id))
+        except NoNodeError:
+            continue
+        ops.extend(delete_op(naming.join(sp.queue, n)) for n in free)
+        ops.append(delete_op(sp.record(job_id), stat.version))
+    return ops

@@ -1,0 +1,171 @@
+"""Flow workers: threads that claim step jobs, run their handlers and commit the hand-offs.
+
+Each worker thread serves one step: it takes a slot of the step's semaphore (kazoo's ``Semaphore`` recipe, when
+the step has a ``max_concurrency``: a bound across every worker of the flow), claims one job of the step's queue
+(the job layer counts the attempt, fenced by the lease), runs the handler and ends the step: a result or ``Next``
+hands off (:mod:`zkqueue.flows.handoff`), an error is retried by the step's policy (the job layer's requeue with a
+due time) or, once dead, hands off as a failure. A thread never dies silently: errors of its own are logged,
+counted and followed by a growing pause.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import socket
+import threading
+import traceback as tb
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from zkqueue.errors import ConfigurationError, ZkQueueError
+from zkqueue.flows import handoff, store
+from zkqueue.flows.definition import Ending, Step
+from zkqueue.flows.handoff import StepRef, step_errors
+from zkqueue.flows.model import FlowState, Next, StepJob
+from zkqueue.jobs import store as job_store
+from zkqueue.jobs.model import now_ms
+from zkqueue.jobs.scope import HeldJob
+
+if TYPE_CHECKING:
+    from zkqueue.flows.flow import Flow
+
+log = logging.getLogger("zkqueue.flows.worker")
+
+#: How long a worker thread waits for a job (or a semaphore slot) before it looks at its stop flag again.
+POLL_SECONDS = 0.25
+
+
+class FlowWorker:
+    """Running workers of a flow; :meth:`stop` (or leaving the ``with`` block) lets running steps finish."""
+
+    def __init__(self, flow: Flow, steps: list[Step], concurrency: int) -> None:
+        self._flow = flow
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.errors = 0  # worker-loop errors (logged)
+        self.handled = 0  # step jobs ended by these workers
+        self._threads = [
+            threading.Thread(target=self._serve, args=(step,), name=f"zkqueue-flow-{step.name}-{i}", daemon=True)
+            for step in steps for i in range(concurrency)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop claiming; wait for running steps to end and commit."""
+        self._stop.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+    def __enter__(self) -> FlowWorker:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------------------------------ loop
+    def _serve(self, step: Step) -> None:
+        failures = 0
+        sem = None
+        if step.max_concurrency is not None:
+            ident = f"{socket.gethostname()}-{os.getpid()}-{threading.current_thread().name}"
+            sem = self._flow.client.Semaphore(self._flow.paths.limit(step.name), ident,
+                                              max_leases=step.max_concurrency)
+        while not self._stop.is_set():
+            try:
+                if sem is not None and not sem.acquire(timeout=POLL_SECONDS):
+                    continue
+                try:
+                    held = self._flow.queue(step.name).claim(timeout=POLL_SECONDS)
+                    if held is not None:
+                        self._handle(step, held)
+                finally:
+                    if sem is not None:
+                        sem.release()
+                failures = 0
+            except Exception:
+                failures += 1
+                with self._lock:
+                    self.errors += 1
+                log.warning("flow worker of step %s: error (%d in a row); going on", step.name, failures,
+                            exc_info=True)
+                self._stop.wait(min(5.0, 0.05 * 2 ** min(failures, 7)))
+            except BaseException:
+                log.exception("flow worker of step %s stops on an exit exception", step.name)
+                raise
+
+    # ------------------------------------------------------------------------------------------ one step job
+    def _handle(self, step: Step, held: HeldJob) -> None:
+        flow = self._flow
+        ref = StepRef(step.name, held.record, held.version, held.ack_ops)
+        try:
+            read = store.read(flow.client, flow.paths, held.record.id)
+            rec = read[0] if read is not None else None
+            if rec is None or rec.run != store.run_of(held.record) or rec.state is not FlowState.RUNNING:
+                self._end(held, ref, None)  # the flow job failed meanwhile, or is gone: the step is dropped
+                return
+            job = StepJob(rec.id, step.name, held.record.attempts, rec.params, dict(rec.results), list(rec.errors),
+                          copy.deepcopy(rec.data))
+            before = copy.deepcopy(rec.data)
+        except BaseException:
+            held.release()
+            raise
+        try:
+            value = step.handler(job)
+            chosen = None
+            if isinstance(value, Next):
+                chosen = value.steps
+                for name in chosen:
+                    flow.definition.step(name)  # raises ConfigurationError for an unknown step
+                value = value.result
+        except Exception as exc:
+            self._failed(step, held, ref, exc)
+            return
+        changed = {k: v for k, v in job.data.items() if before.get(k, _MISSING) != v}
+        self._end(held, ref, Ending(ok=True, result=value, chosen=chosen, errors=step_errors(step.name, held.record),
+                                    data=changed))
+
+    def _failed(self, step: Step, held: HeldJob, ref: StepRef, exc: Exception) -> None:
+        record = held.record
+        trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+        errors = record.failed(f"{type(exc).__name__}: {exc}", trace)
+        policy = self._flow.retry_of(step)
+        if policy.retries(exc, record.attempts) and not isinstance(exc, ConfigurationError):
+            delay = policy.delay(record.attempts)
+            log.warning("step %s of flow job %s failed (attempt %d of %d): %s: %s; again in %.1fs", step.name,
+                        record.id, record.attempts, policy.max_attempts, type(exc).__name__, exc, delay)
+            held.finish(job_store.retry(self._flow.queue(step.name).paths, record, held.version,
+                                        now_ms() + int(delay * 1000), errors))
+            self._count()
+            return
+        log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,
+                    record.attempts, type(exc).__name__, exc)
+        dead = StepRef(step.name, replace(record, errors=errors), ref.version, ref.ack_ops)
+        self._end(held, dead, Ending(ok=False, errors=step_errors(step.name, dead.record)))
+
+    def _end(self, held: HeldJob, ref: StepRef, ending: Ending | None) -> None:
+        try:
+            outcome = self._flow.handoff.end(ref, ending)
+        except (ZkQueueError, *handoff.CONNECTION_ERRORS) as exc:
+            log.warning("step %s of flow job %s could not hand off (%r): given back for a retry", ref.step,
+                        ref.job_id, exc)
+            held.release()
+            return
+        except BaseException:
+            held.release()
+            raise
+        held.forget()  # the item and the lease's nodes went in the hand-off's multi (or are another's now)
+        if outcome == handoff.OK:
+            self._count()
+
+    def _count(self) -> None:
+        with self._lock:
+            self.handled += 1
+
+
+_MISSING = object()
+
+__all__ = ["FlowWorker", "POLL_SECONDS"]
