@@ -3,6 +3,7 @@ Next routing, distinct ids, per-step retries, max_concurrency, and dead steps af
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -315,3 +316,31 @@ def test_a_hand_off_that_loses_the_race_for_the_flow_record_reads_it_again(zk_cl
             job = flow.wait("race", timeout=30)
     assert job.results == {"split": 0, "a": "A", "b": "B", "join": ["a", "b", "split"]}
     assert done_once(job) == {"split": 1, "a": 1, "b": 1, "join": 1}
+
+
+def test_cli_get_and_counts(zk_client, zk_hosts) -> None:
+    from click.testing import CliRunner
+
+    from zkqueue.ops.cli import main
+
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("one", lambda job: job.params["n"] + 1, next="two")
+    flow.step("two", lambda job: job.results["one"] * 2)
+    with flow:
+        flow.add({"n": 1}, job_id="cli-1")
+        flow.add({"n": 5}, job_id="cli-2", step="two")
+        with flow.work(steps=["one"]):
+            wait_for(lambda: flow.get("cli-1").pending == ["two"])
+    runner = CliRunner()
+    got = runner.invoke(main, ["flows", "get", "--connect", zk_hosts, PATH, "cli-1"])
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.output)
+    assert doc["state"] == "RUNNING" and doc["pending"] == ["two"] and doc["results"] == {"one": 2}
+    assert [h["step"] for h in doc["history"]] == ["one"]
+    counts = runner.invoke(main, ["flows", "counts", "--connect", zk_hosts, PATH])
+    assert counts.exit_code == 0, counts.output
+    lines = counts.output.splitlines()
+    assert lines[:3] == ["running    2", "completed  0", "failed     0"]
+    assert "step two: queued=2 active=0 retrying=0" in lines
+    missing = runner.invoke(main, ["flows", "get", "--connect", zk_hosts, PATH, "nope"])
+    assert missing.exit_code == 1 and "no flow job" in missing.output

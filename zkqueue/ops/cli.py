@@ -207,5 +207,14 @@ def _register_jobs() -> None:
 
 _register_jobs()
 
+
+def _register_flows() -> None:
+    from zkqueue.ops.flows_cli import register  # noqa: PLC0415
+
+    register(main, connect_option)
+
+
+_register_flows()
+
 if __name__ == "__main__":  # pragma: no cover
     main()

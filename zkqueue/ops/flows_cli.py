@@ -1,0 +1,74 @@
+"""``zkqueue flows ...``: look at the flow jobs of a flow (:mod:`zkqueue.flows`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from zkqueue.errors import ZkQueueError
+from zkqueue.ops.connect import client_for
+
+log = logging.getLogger("zkqueue.ops.flows_cli")
+
+
+@contextlib.contextmanager
+def _flow(connect: str, auth: str | None, acl: str | None, path: str) -> Iterator[Any]:
+    from zkqueue.flows import Flow  # noqa: PLC0415
+
+    client = client_for(connect, auth, acl)
+    try:
+        with Flow(client, path) as flow:  # no steps: it only looks
+            yield flow
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        client.stop()
+        client.close()
+
+
+def _flow_dict(job: Any) -> dict[str, Any]:
+    return {
+        "id": job.id, "state": job.state.value, "run": job.run, "pending": job.pending, "steps": job.steps,
+        "params": job.params, "results": job.results, "data": job.data,
+        "errors": [{"step": e.step, "attempt": e.attempt, "error": e.error} for e in job.errors],
+        "history": [{"step": h.step, "status": h.status, "attempts": h.attempts, "started_ms": h.started_ms,
+                     "finished_ms": h.finished_ms} for h in job.history],
+        "created_at": job.created_at, "updated_at": job.updated_at,
+    }
+
+
+def register(main: click.Group, connect_option: Any) -> None:
+    """Add the ``flows`` group to the ``zkqueue`` command."""
+
+    @main.group()
+    def flows() -> None:
+        """Flows: look at flow jobs and counts."""
+
+    @flows.command("get")
+    @connect_option
+    @click.argument("path")
+    @click.argument("job_id")
+    def get(connect: str, auth: str | None, acl: str | None, path: str, job_id: str) -> None:
+        """Print the flow job JOB_ID of the flow at PATH as JSON (exit 1 if unknown)."""
+        with _flow(connect, auth, acl, path) as flow:
+            job = flow.get(job_id)
+        if job is None:
+            raise click.ClickException(f"no flow job {job_id!r} in {path}")
+        click.echo(json.dumps(_flow_dict(job), indent=2, default=str))
+
+    @flows.command("counts")
+    @connect_option
+    @click.argument("path")
+    def counts(connect: str, auth: str | None, acl: str | None, path: str) -> None:
+        """Flow jobs by state (running, completed, failed), and each step's queued, active and retrying jobs."""
+        with _flow(connect, auth, acl, path) as flow:
+            result = flow.counts()
+        for key in ("running", "completed", "failed"):
+            click.echo(f"{key:10} {result[key]}")
+        for step, by_state in result["steps"].items():
+            click.echo(f"step {step}: " + " ".join(f"{k}={v}" for k, v in by_state.items()))
