@@ -22,6 +22,7 @@ from ZooKeeper once their data is in driver memory, and returns them as a DataFr
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
 import time
@@ -279,6 +280,10 @@ def consume(
 
 
 # ----------------------------------------------------------------------------------------------- read_queue
+#: The sequence digits at the end of a queue item's name: as strings of 10 digits, they sort as numbers do.
+_SEQUENCE_DIGITS = operator.itemgetter(slice(-naming.SEQUENCE_DIGITS, None))
+
+
 def ordered_names(names: list[str], kind: str, *, due_only: bool = True) -> list[str]:
     """The item names of a ``kind`` queue in consumption order; for delay queues only those due now, unless
     ``due_only`` is False."""
@@ -293,6 +298,8 @@ def ordered_names(names: list[str], kind: str, *, due_only: bool = True) -> list
         return [n for n in ordered if naming.parse_delay_epoch(n) <= now]
     if kind == "id":
         return sorted(items, key=naming.id_sort_key)
+    if all(naming.sequence_of(n) is not None for n in items):  # Curator's names: the last 10 digits order them
+        return sorted(items, key=_SEQUENCE_DIGITS)
     return sorted(items, key=lambda n: (naming.sequence_of(n) or -1, n))
 
 

@@ -56,6 +56,8 @@ _READ_CHUNK = 1000
 _SLACK = 16 * 1024
 #: Most ops in one segment's multi.
 _MAX_OPS = 3000
+#: Reads of due nodes in flight (each of _READ_CHUNK nodes).
+_READS_AHEAD = 3
 #: Segment multis in flight.
 _WINDOW = 3
 #: Tries of one batch's staging across lost connections (each waits for the session to come back).
@@ -289,17 +291,22 @@ class Stage:
         index = 0
         segment = _Segment(f"{batch}/{SEGMENT_PREFIX}{index:06d}")
         used = ops = 0
+        if max_items is not None:
+            names = names[:max_items]  # every node gives at least one row: no need to read further
         chunks = [names[i : i + _READ_CHUNK] for i in range(0, len(names), _READ_CHUNK)]
-        read = protocol.send_multi_read(self.client, [naming.join(self.queue_path, n) for n in chunks[0]])
+        prefix = self.queue_path + "/"
+        reads_ahead = [protocol.send_multi_read(self.client, [prefix + n for n in chunk])
+                       for chunk in chunks[:_READS_AHEAD]]
         for k, chunk in enumerate(chunks):
-            reads = read.result()
-            if k + 1 < len(chunks):  # read ahead while this chunk's segments commit
-                read = protocol.send_multi_read(self.client, [naming.join(self.queue_path, n) for n in chunks[k + 1]])
+            reads = reads_ahead.pop(0).result()
+            if k + _READS_AHEAD < len(chunks):  # keep reading ahead while this chunk's segments commit
+                reads_ahead.append(protocol.send_multi_read(self.client, [prefix + n for n in chunks[k + _READS_AHEAD]]))
             for name, res in zip(chunk, reads):
                 if isinstance(res, BaseException):
                     continue  # taken by someone else meanwhile
                 data, stat = res
-                count = item_count(data)
+                large = large_ref.is_ref(data)
+                count = 1 if large else item_count(data)
                 if count == 0:
                     self._quarantine(name, data, stat.version)
                     continue
@@ -307,8 +314,10 @@ class Stage:
                     if segment.entries:
                         yield segment
                     return
-                entry = _Entry(name, data, stat.version, count, self._move_ops(name, data, stat.version))
-                size = len(name) + len(data) + 10 + sum(4 * len(op.path) + _OP_BYTES for op in entry.ops)
+                move = self._move_ops(name, data, stat.version, large)
+                entry = _Entry(name, data, stat.version, count, move)
+                size = len(name) + len(data) + 10 + (4 * len(move[0].path) + _OP_BYTES if len(move) == 1 else
+                                                     sum(4 * len(op.path) + _OP_BYTES for op in move))
                 if size > budget:
                     log.error("queue node %s/%s (%d bytes) is too big to stage; left in the queue", self.queue_path,
                               name, len(data))
@@ -319,7 +328,7 @@ class Stage:
                     segment = _Segment(f"{batch}/{SEGMENT_PREFIX}{index:06d}")
                     used = ops = 0
                 segment.entries.append(entry)
-                if large_ref.is_ref(data) and not segment.path.endswith(LARGE_SUFFIX):
+                if large and not segment.path.endswith(LARGE_SUFFIX):
                     segment.path += LARGE_SUFFIX
                 used += size
                 ops += len(entry.ops)
@@ -341,9 +350,9 @@ class Stage:
             result = protocol.run_multi(self.client, segment.ops(self.acl), limit=self.limit)
         return sum(e.rows for e in segment.entries)
 
-    def _move_ops(self, name: str, data: bytes, version: int) -> list[Any]:
+    def _move_ops(self, name: str, data: bytes, version: int, large: bool) -> list[Any]:
         ops = removal_ops(self.queue_path, self.lock_path, name, curator_names=False, acl=self.acl, version=version)
-        if large_ref.is_ref(data):
+        if large:
             try:
                 ops.extend(blobs.moving_ops(large_ref.decode_ref(data)))  # the reaper keeps a moving blob
             except CorruptItemError:
@@ -427,9 +436,10 @@ def decode_staged(client: Any, segments: Iterable[str]) -> Iterator[tuple[str, i
             continue
         for name, data in entries:
             try:
-                frame = call_with_reconnect(client, lambda: blobs.node_frame(client, data),
-                                            f"reading staged item {name}")
-                payloads = framing.decode_items(frame)
+                if large_ref.is_ref(data):  # read back from its blob (the only read here that can lose a connection)
+                    data = call_with_reconnect(client, lambda: blobs.node_frame(client, data),
+                                               f"reading staged item {name}")
+                payloads = framing.decode_items(data)
             except CorruptItemError as exc:
                 log.error("staged item %s in %s is corrupt: %s (skipped)", name, segment, exc)
                 continue
