@@ -307,7 +307,15 @@ class ProgressConsumer:
         try:
             while not self._stop.is_set():
                 self._lost = False
-                fence = self._leadership.campaign()
+                try:
+                    fence = self._leadership.campaign()
+                except Exception as exc:  # no connection (or the client was closed): try again later
+                    log.warning("election of %s failed: %r (again in %.1f s)", self.progress_path, exc, backoff)
+                    self._report(exc)
+                    self._leadership.resign()
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, _ERROR_BACKOFF_MAX)
+                    continue
                 if fence is None or self._stop.is_set():
                     self._leadership.resign()
                     break

@@ -1,0 +1,54 @@
+"""A ProgressConsumer process of the fault suite: ``python progressworker.py <json config>``.
+
+It runs the consumer of ``cfg["progress"]`` over the JobLog ``cfg["log"]`` and journals (JSON lines, as
+faultworker.py) ``deliver`` when a job's run starts and ``done`` when it returns (both with the index and session
+id), ``lost`` when its session ends, ``ready`` and ``stopped``. SIGTERM stops it cleanly; the tests SIGKILL it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+
+from faultworker import Journal, _client  # type: ignore[import-not-found]
+
+from zkqueue.progress import JobLog, ProgressConsumer, RetryPolicy
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    journal = Journal(cfg["journal"])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    client = _client(cfg, journal, stop)
+    work = cfg.get("work_seconds", 0.002)
+
+    def worker(index: int, job: bytes) -> None:
+        sid = client.client_id[0] if client.client_id else 0
+        journal.write("deliver", i=index, sid=sid)
+        time.sleep(work)
+        if job != f"job-{index}".encode():
+            raise AssertionError(f"job {index} holds {job!r}")
+        journal.write("done", i=index, sid=sid)
+
+    consumer = ProgressConsumer(client, jobs=JobLog(client, cfg["log"]), progress_path=cfg["progress"],
+                                worker=worker, max_processing=cfg.get("max_processing", 4),
+                                max_search_ahead=cfg.get("max_search_ahead", 100),
+                                retry=RetryPolicy(max_attempts=5, backoff=0.05, jitter=False),
+                                progress_interval=cfg.get("progress_interval", 0.2),
+                                progress_batch=cfg.get("progress_batch", 20), identifier=cfg["name"])
+    consumer.start()
+    journal.write("ready", name=cfg["name"])
+    while not stop.wait(0.1):
+        pass
+    consumer.stop()
+    journal.write("stopped", stats=consumer.stats().__dict__)
+    client.stop()
+    client.close()
+
+
+if __name__ == "__main__":
+    main()
