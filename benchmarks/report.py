@@ -189,6 +189,19 @@ def jobs_table(report: dict[str, Any]) -> Table | None:
     return t
 
 
+def progress_table(report: dict[str, Any]) -> Table | None:
+    """The ordered consumer row: jobs/s through a ProgressConsumer with trivial workers, progress writes per job."""
+    row = report.get("progress") or {}
+    if row.get("status") != "ok":
+        return None
+    t = Table(title=f"progress: {row['count']} jobs from a JobLog through one ProgressConsumer (max_processing=8, "
+                    f"trivial workers; median of {row['repeats']})")
+    for col in ("jobs/s", "progress writes per job", "complete"):
+        t.add_column(col, justify="right")
+    t.add_row(_fmt_rate(row["rate"]), f"{row['writes_per_job']:.4f}", "yes" if row.get("complete") else "no")
+    return t
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The table as GitHub markdown (for the README)."""
     head = ["workload", *[IMPL_LABELS.get(i, i) for i in report["impls"]], "zkqueue / Curator", "target", "pass"]
@@ -287,3 +300,8 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
         console.print(jobs)
     elif (report.get("jobs") or {}).get("reason"):
         console.print(f"jobs workload: n/a ({report['jobs']['reason']})")
+    ordered = progress_table(report)
+    if ordered is not None:
+        console.print(ordered)
+    elif (report.get("progress") or {}).get("reason"):
+        console.print(f"progress row: n/a ({report['progress']['reason']})")

@@ -3,6 +3,7 @@
     python -m benchmarks [--quick | --deep] [--repeats N] [--count N] [--size S] [--connect HOSTS]
                          [--only put_bg,consume_plain] [--impls zkqueue,curator,kazoo] [--no-spark]
                          [--large-count N] [--large-mib M] [--no-large]
+                         [--no-progress] [--progress-count N]
 
 Starts an embedded 3-node ZooKeeper ensemble (unless ``--connect``), then for each repeat runs every workload on
 every implementation that has the feature, interleaved (the implementation order rotates per repeat), each run at a
@@ -62,6 +63,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-spark", action="store_true", help="skip the Spark rows")
     p.add_argument("--no-jobs", action="store_true", help="skip the jobs workload (zkqueue against RQ and Celery)")
     p.add_argument("--jobs-count", type=int, help="jobs per run of the jobs workload (default 2000; quick 200)")
+    p.add_argument("--no-progress", action="store_true", help="skip the ordered consumer row (zkqueue.progress)")
+    p.add_argument("--progress-count", type=int, help="jobs per run of the progress row (default 5000; quick 500)")
     p.add_argument("--large-count", type=int, help="items per run of the large-items workload (default 8; quick 2)")
     p.add_argument("--large-mib", type=float, help="MiB per large item (default 10; quick 3)")
     p.add_argument("--no-large", action="store_true", help="skip the large-items workload")
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:16} {w.label}  [{', '.join(w.impls)}]  target {w.target.text}")
         return 0
     if args.only:
-        wanted = {x.strip() for x in args.only.split(",")} - {"jobs"}
+        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress"}
         unknown = wanted - {w.name for w in plan}
         if unknown:
             raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))} (see --list)")
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     spark_rows: list[dict[str, Any]] = []
     jobs: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     jobs_on = not args.no_jobs and (not args.only or "jobs" in {x.strip() for x in args.only.split(",")})
+    progress_on = not args.no_progress and (not args.only or "progress" in {x.strip() for x in args.only.split(",")})
+    progress_row: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     ctx: dict[str, Any] = {"seq": 0, "latency_rate": s.latency_rate}
     with ensemble(args, max(s.deep_counts, default=0), any(w.kind == "large" for w in plan)) as connect:
         describe = machine.describe(servers=None if args.connect else args.servers, force_sync=args.force_sync,
@@ -209,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
                     jobs = run_section(connect, args.jobs_count or (200 if args.quick else 2000), repeats,
                                        s.max_seconds * 3)
                     progress.advance(task)
+                if progress_on:  # (not counted in the bar's total)
+                    progress.update(task, description="progress: ordered consumer")
+                    from benchmarks.progress_probe import run_section as run_progress  # noqa: PLC0415
+
+                    progress_row = run_progress(connect, args.progress_count or (500 if args.quick else 5000), repeats)
                 if spark_on:
                     progress.update(task, description="spark probe")
                     spark = run_spark(connect, args.quick)
@@ -246,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": list(results.values()),
         "spark": spark_rows,
         "jobs": jobs,
+        "progress": progress_row,
         "notes": [
             "Throughput runs are capped at max_seconds; a '(partial)' implementation reports the rate it reached.",
             "put_bg uses 2x count items and put_multi 10x count items (100 per znode).",
