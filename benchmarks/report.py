@@ -298,6 +298,12 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
     jobs = jobs_table(report)
     if jobs is not None:
         console.print(jobs)
+    flows = report.get("flows") or {}
+    if flows.get("status") == "ok":
+        runs = flows.get("runs", [])
+        state = "complete" if runs and all(r.get("complete") for r in runs) else "INCOMPLETE"
+        console.print(f"flows: {flows['count']} flow jobs through a {flows['steps']}-step linear flow, one worker "
+                      f"process: {flows['median']:.1f} flow jobs/s (median of {flows['repeats']}, {state})")
     elif (report.get("jobs") or {}).get("reason"):
         console.print(f"jobs workload: n/a ({report['jobs']['reason']})")
     ordered = progress_table(report)

@@ -63,6 +63,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-spark", action="store_true", help="skip the Spark rows")
     p.add_argument("--no-jobs", action="store_true", help="skip the jobs workload (zkqueue against RQ and Celery)")
     p.add_argument("--jobs-count", type=int, help="jobs per run of the jobs workload (default 2000; quick 200)")
+    p.add_argument("--no-flows", action="store_true", help="skip the flows row (flow jobs/s, 3-step linear flow)")
+    p.add_argument("--flows-count", type=int, help="flow jobs per run of the flows row (default 500; quick 100)")
     p.add_argument("--no-progress", action="store_true", help="skip the ordered consumer row (zkqueue.progress)")
     p.add_argument("--progress-count", type=int, help="jobs per run of the progress row (default 5000; quick 500)")
     p.add_argument("--large-count", type=int, help="items per run of the large-items workload (default 8; quick 2)")
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:16} {w.label}  [{', '.join(w.impls)}]  target {w.target.text}")
         return 0
     if args.only:
-        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress"}
+        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows"}
         unknown = wanted - {w.name for w in plan}
         if unknown:
             raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))} (see --list)")
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs_on = not args.no_jobs and (not args.only or "jobs" in {x.strip() for x in args.only.split(",")})
     progress_on = not args.no_progress and (not args.only or "progress" in {x.strip() for x in args.only.split(",")})
     progress_row: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    flows: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    flows_on = not args.no_flows and (not args.only or "flows" in {x.strip() for x in args.only.split(",")})
     ctx: dict[str, Any] = {"seq": 0, "latency_rate": s.latency_rate}
     with ensemble(args, max(s.deep_counts, default=0), any(w.kind == "large" for w in plan)) as connect:
         describe = machine.describe(servers=None if args.connect else args.servers, force_sync=args.force_sync,
@@ -186,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console, transient=False) as progress:
-                task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0) + (1 if jobs_on else 0))
+                task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0) + (1 if jobs_on else 0)
+                                         + (1 if flows_on else 0))
                 if not args.no_warmup:
                     progress.update(task, description="warming up the servers and the JVM")
                     _warm_up(client, root, impls, s)
@@ -213,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
 
                     jobs = run_section(connect, args.jobs_count or (200 if args.quick else 2000), repeats,
                                        s.max_seconds * 3)
+                    progress.advance(task)
+                if flows_on:
+                    progress.update(task, description="flows: 3-step linear flow")
+                    from benchmarks.flows_bench import run_section as run_flows  # noqa: PLC0415
+
+                    flows = run_flows(connect, args.flows_count or (100 if args.quick else 500), repeats,
+                                      s.max_seconds * 3)
                     progress.advance(task)
                 if progress_on:  # (not counted in the bar's total)
                     progress.update(task, description="progress: ordered consumer")
@@ -257,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         "spark": spark_rows,
         "jobs": jobs,
         "progress": progress_row,
+        "flows": flows,
         "notes": [
             "Throughput runs are capped at max_seconds; a '(partial)' implementation reports the rate it reached.",
             "put_bg uses 2x count items and put_multi 10x count items (100 per znode).",

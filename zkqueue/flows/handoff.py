@@ -90,8 +90,8 @@ class Handoff:
     def _entry(self, ref: StepRef, status: str, token: str) -> HistoryEntry:
         return HistoryEntry(ref.step, status, ref.record.attempts, ref.record.updated_ms, model.now_ms(), token)
 
-    def _build(self, ref: StepRef, ending: Ending | None, token: str, read: tuple[FlowRecord, int] | None
-               ) -> list[Any]:
+    def _build(self, ref: StepRef, ending: Ending | None, token: str, read: tuple[FlowRecord, int] | None,
+               stale: bool = True) -> list[Any]:
         """The multi ending ``ref``: ``ending`` None drops it (its flow job failed or is gone)."""
         fence = self._fence_ops(ref)
         if read is None:
@@ -107,21 +107,25 @@ class Handoff:
         status = model.DONE if ending.ok else model.FAILED
         new, queue, cancel = definition.advance(self._defn, rec, ref.step, ending, self._entry(ref, status, token))
         ops = fence + [store.write_op(self._paths, new, version, self._acl)]
-        ops += store.queue_ops(self._client, [self._step_paths(n) for n in queue], rec.id, rec.run, self._acl)
+        ops += store.queue_ops(self._client, [self._step_paths(n) for n in queue], rec.id, rec.run, self._acl,
+                               stale=stale)
         ops += store.cancel_ops(self._client, [self._step_paths(n) for n in cancel if n != ref.step], rec.id)
         return ops
 
     # ------------------------------------------------------------------------------------------ committing
-    def end(self, ref: StepRef, ending: Ending | None) -> str:
-        """Commit the end of ``ref`` (``ending`` None: drop it). Returns :data:`OK` or :data:`LOST`; raises
+    def end(self, ref: StepRef, ending: Ending | None, read: tuple[FlowRecord, int] | None = None) -> str:
+        """Commit the end of ``ref`` (``ending`` None: drop it), built first from ``read`` (the flow record and its
+        version, when the caller has them). Returns :data:`OK` or :data:`LOST`; raises
         :class:`~zkqueue.errors.QueueStateError` when it could not (the caller gives the job back)."""
         token = uuid.uuid4().hex[:16]
         ambiguous = False
+        stale = False  # the first try expects no leftover step records of an earlier run (a failure looks)
         for attempt in range(MAX_TRIES):
-            read = store.read(self._client, self._paths, ref.job_id)
+            if attempt > 0 or read is None:
+                read = store.read(self._client, self._paths, ref.job_id)
             if ambiguous and read is not None and read[0].committed(token):
                 return OK
-            ops, fence_len = self._build(ref, ending, token, read), 1
+            ops, fence_len = self._build(ref, ending, token, read, stale), 1
             if ref.ack_ops is not None:
                 ops, first = ref.ack_ops(ops)
                 fence_len += first
@@ -147,6 +151,7 @@ class Handoff:
                          result.failure)
                 return LOST
             # The flow record changed under us (a sibling's hand-off), or a next step's node did: read again.
+            stale = True
             self.races += 1
             log.debug("hand-off of %s/%s raced (%r at op %s); again", ref.step, ref.job_id, result.failure, failed)
             time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))

@@ -75,14 +75,15 @@ def write_op(paths: Paths, rec: FlowRecord, version: int | None, acl: Any) -> An
     return protocol.SetDataOp(paths.flow(rec.id), rec.encode(), version)
 
 
-def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: int, acl: Any) -> list[Any]:
-    """Ops that queue a step job for ``job_id``'s run ``run`` in each of ``step_paths``; a job record left there
-    by an earlier run is deleted first (version-checked)."""
+def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: int, acl: Any, *,
+              stale: bool = True) -> list[Any]:
+    """Ops that queue a step job for ``job_id``'s run ``run`` in each of ``step_paths``; with ``stale``, a job
+    record left there by an earlier run is looked for and deleted first (version-checked)."""
     paths = [p.record(job_id) for p in step_paths]
-    stale = protocol.multi_read(client, paths) if paths else []
+    found: list[Any] = protocol.multi_read(client, paths) if paths and stale else [NoNodeError()] * len(paths)
     ops: list[Any] = []
     params = json.dumps({"run": run}).encode()
-    for sp, path, res in zip(step_paths, paths, stale):
+    for sp, path, res in zip(step_paths, paths, found):
         if not isinstance(res, BaseException):
             ops.append(delete_op(path, res[1].version))
         record = Record(id=job_id, state=JobState.QUEUED, params=params)

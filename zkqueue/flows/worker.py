@@ -105,7 +105,7 @@ class FlowWorker:
             read = store.read(flow.client, flow.paths, held.record.id)
             rec = read[0] if read is not None else None
             if rec is None or rec.run != store.run_of(held.record) or rec.state is not FlowState.RUNNING:
-                self._end(held, ref, None)  # the flow job failed meanwhile, or is gone: the step is dropped
+                self._end(held, ref, None, read)  # the flow job failed meanwhile, or is gone: the step is dropped
                 return
             job = StepJob(rec.id, step.name, held.record.attempts, rec.params, dict(rec.results), list(rec.errors),
                           copy.deepcopy(rec.data))
@@ -122,13 +122,13 @@ class FlowWorker:
                     flow.definition.step(name)  # raises ConfigurationError for an unknown step
                 value = value.result
         except Exception as exc:
-            self._failed(step, held, ref, exc)
+            self._failed(step, held, ref, exc, read)
             return
         changed = {k: v for k, v in job.data.items() if before.get(k, _MISSING) != v}
         self._end(held, ref, Ending(ok=True, result=value, chosen=chosen, errors=step_errors(step.name, held.record),
-                                    data=changed))
+                                    data=changed), read)
 
-    def _failed(self, step: Step, held: HeldJob, ref: StepRef, exc: Exception) -> None:
+    def _failed(self, step: Step, held: HeldJob, ref: StepRef, exc: Exception, read: Any) -> None:
         record = held.record
         trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
         errors = record.failed(f"{type(exc).__name__}: {exc}", trace)
@@ -144,11 +144,11 @@ class FlowWorker:
         log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,
                     record.attempts, type(exc).__name__, exc)
         dead = StepRef(step.name, replace(record, errors=errors), ref.version, ref.ack_ops)
-        self._end(held, dead, Ending(ok=False, errors=step_errors(step.name, dead.record)))
+        self._end(held, dead, Ending(ok=False, errors=step_errors(step.name, dead.record)), read)
 
-    def _end(self, held: HeldJob, ref: StepRef, ending: Ending | None) -> None:
+    def _end(self, held: HeldJob, ref: StepRef, ending: Ending | None, read: Any = None) -> None:
         try:
-            outcome = self._flow.handoff.end(ref, ending)
+            outcome = self._flow.handoff.end(ref, ending, read)
         except (ZkQueueError, *handoff.CONNECTION_ERRORS) as exc:
             log.warning("step %s of flow job %s could not hand off (%r): given back for a retry", ref.step,
                         ref.job_id, exc)
