@@ -8,12 +8,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,22 @@ def _journal(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@contextlib.contextmanager
+def _flow_on(ensemble, prefix: str, path: str) -> Iterator[tuple[str, Flow, list[subprocess.Popen]]]:  # noqa: ANN001
+    """(hosts, the started flow, a list for worker processes) in a fresh chroot; the processes are stopped and
+    the client closed afterwards."""
+    hosts = fresh_chroot(ensemble.connect_string, prefix)
+    client = make_client(hosts, timeout=10.0)
+    procs: list[subprocess.Popen] = []
+    try:
+        with _flow(client, path) as flow:
+            yield hosts, flow, procs
+    finally:
+        _stop(procs)
+        client.stop()
+        client.close()
+
+
 def _stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
@@ -76,27 +94,19 @@ def _running(flow: Flow) -> int:
 
 
 def test_flows_through_a_leader_kill(ensemble, journal_dir) -> None:
-    hosts = fresh_chroot(ensemble.connect_string, "/flow-faults-")
     path = "/flows/faults"
-    client = make_client(hosts, timeout=10.0)
-    procs: list[subprocess.Popen] = []
-    try:
-        with _flow(client, path) as flow:
-            ids = [f"flow-{i:04d}" for i in range(JOBS)]
-            assert [flow.add({"value": str(i)}, job_id=job_id) for i, job_id in enumerate(ids)] == ids
-            procs = [_worker(hosts, path, journal_dir, f"w{w}") for w in range(WORKERS)]
-            wait_for(lambda: JOBS - _running(flow) >= JOBS // 3, timeout=120, interval=0.2)
-            killed_at = time.monotonic()
-            FAULTS["leader_kill"](_Run(ensemble))
-            wait_for(lambda: _running(flow) == 0, timeout=180, interval=0.5,
-                     message=f"flow jobs still running: {_running(flow)}")
-            drain_s = time.monotonic() - killed_at
-            jobs = {j.id: j for j in flow.jobs()}
-            counts = flow.counts()
-    finally:
-        _stop(procs)
-        client.stop()
-        client.close()
+    with _flow_on(ensemble, "/flow-faults-", path) as (hosts, flow, procs):
+        ids = [f"flow-{i:04d}" for i in range(JOBS)]
+        assert [flow.add({"value": str(i)}, job_id=job_id) for i, job_id in enumerate(ids)] == ids
+        procs.extend(_worker(hosts, path, journal_dir, f"w{w}") for w in range(WORKERS))
+        wait_for(lambda: JOBS - _running(flow) >= JOBS // 3, timeout=120, interval=0.2)
+        killed_at = time.monotonic()
+        FAULTS["leader_kill"](_Run(ensemble))
+        wait_for(lambda: _running(flow) == 0, timeout=180, interval=0.5,
+                 message=f"flow jobs still running: {_running(flow)}")
+        drain_s = time.monotonic() - killed_at
+        jobs = {j.id: j for j in flow.jobs()}
+        counts = flow.counts()
 
     runs = [e for w in range(WORKERS) for e in _journal(journal_dir / f"w{w}.jsonl") if e["ev"] == "deliver"]
     lost_sessions = sum(1 for w in range(WORKERS) for e in _journal(journal_dir / f"w{w}.jsonl") if e["ev"] == "lost")
@@ -115,28 +125,20 @@ def test_flows_through_a_leader_kill(ensemble, journal_dir) -> None:
 
 
 def test_a_worker_killed_mid_step_is_retried_and_the_flow_job_completes(ensemble, journal_dir) -> None:
-    hosts = fresh_chroot(ensemble.connect_string, "/flow-kill-")
     path = "/flows/kill"
-    client = make_client(hosts, timeout=10.0)
-    procs: list[subprocess.Popen] = []
-    try:
-        with _flow(client, path) as flow:
-            ids = ["victim", *(f"other-{i}" for i in range(9))]
-            for job_id in ids:
-                flow.add({"value": job_id}, job_id=job_id)
-            victim = _worker(hosts, path, journal_dir, "victim", hang=["victim", "b"])
-            procs.append(victim)
-            wait_for(lambda: any(e["ev"] == "hanging" for e in _journal(journal_dir / "victim.jsonl")), timeout=60)
-            assert flow.get("victim").pending == ["b"]
-            os.kill(victim.pid, signal.SIGKILL)
-            victim.wait(30)
-            procs.append(_worker(hosts, path, journal_dir, "rescuer"))
-            jobs = [flow.wait(job_id, timeout=120) for job_id in ids]
-            counts = flow.counts()
-    finally:
-        _stop(procs)
-        client.stop()
-        client.close()
+    with _flow_on(ensemble, "/flow-kill-", path) as (hosts, flow, procs):
+        ids = ["victim", *(f"other-{i}" for i in range(9))]
+        for job_id in ids:
+            flow.add({"value": job_id}, job_id=job_id)
+        victim = _worker(hosts, path, journal_dir, "victim", hang=["victim", "b"])
+        procs.append(victim)
+        wait_for(lambda: any(e["ev"] == "hanging" for e in _journal(journal_dir / "victim.jsonl")), timeout=60)
+        assert flow.get("victim").pending == ["b"]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(30)
+        procs.append(_worker(hosts, path, journal_dir, "rescuer"))
+        jobs = [flow.wait(job_id, timeout=120) for job_id in ids]
+        counts = flow.counts()
 
     for job in jobs:
         assert job.state is FlowState.COMPLETED, job
