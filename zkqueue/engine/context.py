@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 from zkqueue.consumer import ConnectionState
+from zkqueue.engine.log_limits import Failover
 from zkqueue.engine.stats import Counters
 from zkqueue.formats import naming
 
@@ -43,12 +44,14 @@ class ConnectionWatch:
     ``on_state`` as a Curator :class:`ConnectionState` (RECONNECTED only after SUSPENDED or LOST)."""
 
     def __init__(self, client: KazooClient, closing: threading.Event,
-                 on_state: Callable[[ConnectionState], None]) -> None:
+                 on_state: Callable[[ConnectionState], None], name: str = "zkqueue") -> None:
         self._client = client
         self._closing = closing
         self._on_state = on_state
         self._last: str | None = None
         self.connected = threading.Event()
+        #: Quiet logs of a lost connection: one WARNING line per episode, one RECONNECTED INFO line.
+        self.failover = Failover(log, name)
 
     def start(self) -> None:
         self._last = self._client.state
@@ -67,12 +70,15 @@ class ConnectionWatch:
         if state == KazooState.CONNECTED:
             self.connected.set()
             if previous in (KazooState.SUSPENDED, KazooState.LOST):
+                self.failover.reconnected()
                 self._on_state(ConnectionState.RECONNECTED)
         elif state == KazooState.SUSPENDED:
             self.connected.clear()
+            self.failover.lost("connection SUSPENDED")
             self._on_state(ConnectionState.SUSPENDED)
         elif state == KazooState.LOST:
             self.connected.clear()
+            self.failover.lost("session LOST (expired); a new session follows")
             self._on_state(ConnectionState.LOST)
 
     def wait(self, timeout: float) -> bool:

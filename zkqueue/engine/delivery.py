@@ -21,12 +21,16 @@ from zkqueue.engine import blobs
 from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
+from zkqueue.engine.log_limits import RepeatLimiter
 from zkqueue.engine.seams import Completion
 from zkqueue.errors import CorruptItemError
 from zkqueue.formats import framing
 from zkqueue.formats.large_ref import BlobRef
 
 log = logging.getLogger("zkqueue.engine.delivery")
+
+#: A consumer's errors: each distinct one logs its traceback once a minute, the repeats are counted.
+CONSUMER_ERRORS = RepeatLimiter()
 
 #: How often an inline consumer's finished nodes are completed while a step is still running.
 _ACK_EVERY_SECONDS = 0.5
@@ -132,7 +136,8 @@ class Delivery:
                 self._ctx.counters.add("consumed")
             except BaseException as exc:  # SystemExit from a consumer must not end the loop thread either
                 self._ctx.counters.add("consumer_errors")
-                log.exception("Exception processing queue item %s/%s [%d]", self._ctx.queue_path, o.name, index)
+                CONSUMER_ERRORS.error(log, exc, "Exception processing queue item %s/%s [%d]", self._ctx.queue_path,
+                                      o.name, index, scope=self._ctx.queue_path)
                 if o.error is None:
                     o.error = exc
                     o.failed_at = index
@@ -146,7 +151,8 @@ class Delivery:
             completion = self._consume_node(o.node(self._ctx.item_path(o.name)))
         except BaseException as exc:
             self._ctx.counters.add("consumer_errors")
-            log.exception("Exception processing queue node %s/%s", self._ctx.queue_path, o.name)
+            CONSUMER_ERRORS.error(log, exc, "Exception processing queue node %s/%s", self._ctx.queue_path, o.name,
+                                  scope=self._ctx.queue_path)
             o.error = exc
             o.failed_at = 0
             return o

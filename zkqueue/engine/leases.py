@@ -338,7 +338,7 @@ class Leases:
                 self._ctx.counters.add("lock_conflicts")
                 locked = True
         if unsure:
-            log.warning("%d block claim(s) on %s lost their reply; checking them", len(unsure), self._ctx.queue_path)
+            self._ctx.connection.failover.lost(f"{len(unsure)} block claim(s) lost their reply (checking them)")
             self._release_if_ours(unsure)
             locked = True
         if lock_path_missing:
@@ -404,8 +404,7 @@ class Leases:
             if unsure:
                 # A claim whose reply was lost: our fence exists exactly when it committed. Without this check a
                 # committed lock would be held by nobody who knows it, stalling the item until the session ends.
-                log.warning("%d lock request(s) on %s lost their reply; checking fences", len(unsure),
-                            self._ctx.queue_path)
+                self._ctx.connection.failover.lost(f"{len(unsure)} lock request(s) lost their reply (checking fences)")
                 for (name, lock, fence), ok in zip(unsure, self.exist([u[2] for u in unsure])):
                     if ok:
                         out.held.append(self._item_held(name, lock, fence, session_fence))

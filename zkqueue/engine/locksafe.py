@@ -116,9 +116,10 @@ class LeaseTaker:
                         self.completer.collect()  # what is finished must not be moved to item leases
                         for lease in self.leases.stale_blocks():
                             self.leases.downgrade(lease)
-            except Exception:
+            except Exception as exc:
                 self._ctx.counters.add("loop_errors")
-                log.exception("lease keeper of %s (it continues)", self._ctx.queue_path)
+                if not self._ctx.connection.failover.error(exc, "keeping leases"):
+                    log.exception("lease keeper of %s (it continues)", self._ctx.queue_path)
                 if self._stop.wait(2.0):
                     return
 

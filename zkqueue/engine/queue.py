@@ -199,7 +199,7 @@ class DistributedQueue(Generic[T]):
             jute_max_buffer=int(jute_max_buffer) if jute_max_buffer else protocol.jute_max_buffer(),
             lock_names=lock_names,
             counters=self._counters,
-            connection=ConnectionWatch(client, self._closing, self._deliver_state),
+            connection=ConnectionWatch(client, self._closing, self._deliver_state, f"queue {queue_path}"),
             closing=self._closing,
             is_running=self._running,
             # who holds a lock: host, process, and this queue instance (how a lease is recognised as ours)

@@ -108,10 +108,11 @@ class RunLoop:
                 czxid = snap.czxid
                 wake_at = self._process_snapshot(snap, done)
                 errors_in_a_row = 0
-            except BaseException:  # never die: log, count, back off, continue
+            except BaseException as exc:  # never die: log, count, back off, continue
                 errors_in_a_row += 1
                 self._ctx.counters.add("loop_errors")
-                log.exception("error in queue loop of %s (the loop continues)", self._ctx.queue_path)
+                if not self._ctx.connection.failover.error(exc, "taking items"):  # a failover: one quiet line
+                    log.exception("error in queue loop of %s (the loop continues)", self._ctx.queue_path)
                 backoff = min(5.0, 0.05 * (2 ** min(errors_in_a_row, 7)))
                 if self._ctx.closing.wait(backoff):
                     break

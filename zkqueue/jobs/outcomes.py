@@ -7,6 +7,7 @@ import logging
 import traceback as tb
 from typing import Any
 
+from zkqueue.engine.log_limits import RepeatLimiter
 from zkqueue.engine.seams import Completion
 from zkqueue.jobs import store
 from zkqueue.jobs.claims import Claimed
@@ -14,6 +15,10 @@ from zkqueue.jobs.model import Job, JobState, Record, now_ms
 from zkqueue.jobs.retry import RetryPolicy
 
 log = logging.getLogger("zkqueue.jobs.outcomes")
+
+#: Failed jobs: each distinct error (type and raise site, per job queue) logs its traceback once a minute; the
+#: repeats are counted (``JOB_ERRORS.repeats()``) and the job's record keeps every error and traceback.
+JOB_ERRORS = RepeatLimiter()
 
 
 class JobOutcomes:
@@ -41,12 +46,13 @@ class JobOutcomes:
         errors = record.failed(f"{type(error).__name__}: {error}", trace)
         if self._retry.retries(error, record.attempts):
             delay = self._retry.delay(record.attempts)
-            log.warning("job %s failed (attempt %d of %d): %s: %s; again in %.1fs", record.id, record.attempts,
-                        self._retry.max_attempts, type(error).__name__, error, delay)
+            JOB_ERRORS.error(log, error, "job %s failed (attempt %d of %d): %s: %s; again in %.1fs", record.id,
+                             record.attempts, self._retry.max_attempts, type(error).__name__, error, delay,
+                             level=logging.WARNING, scope=self._paths.root)
             return store.retry(self._paths, record, claimed.version, now_ms() + int(delay * 1000), errors)
-        log.warning("job %s failed (attempt %d of %d): %s: %s; it goes to the dead letters", record.id,
-                    record.attempts, self._retry.max_attempts, type(error).__name__, error)
-        log.debug("job %s traceback:\n%s", record.id, trace)
+        JOB_ERRORS.error(log, error, "job %s failed (attempt %d of %d): %s: %s; it goes to the dead letters",
+                         record.id, record.attempts, self._retry.max_attempts, type(error).__name__, error,
+                         level=logging.WARNING, scope=self._paths.root)
         return store.finish(self._paths, record, claimed.version, JobState.DEAD, self._acl, errors=errors)
 
     def job(self, record: Record) -> Job:

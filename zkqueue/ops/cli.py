@@ -171,6 +171,7 @@ def demo(items: int, producers: int, consumers: int, no_kill: bool) -> None:
 
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter after the kill; -v shows it
+        logging.getLogger("zkqueue.engine.context").setLevel(logging.INFO)  # the RECONNECTED line after the kill
     try:
         report = run_demo(items=items, producers=producers, consumers=consumers, kill_node=not no_kill)
     except ZkQueueError as exc:

@@ -114,6 +114,7 @@ def run_demo(
             t.start()
 
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        recovery = _Recovery(zk, console)
         with Progress(*columns, console=console, transient=False) as progress:
             put_task = progress.add_task("put     ", total=items)
             got_task = progress.add_task("consumed", total=items)
@@ -127,6 +128,8 @@ def run_demo(
                 progress.update(got_task, completed=n_unique)
                 if kill_node and report.killed_node is None and n_unique >= items // 2:
                     report.killed_node = _kill_leader(zk, console)
+                    recovery.killed(n_unique)
+                recovery.check(n_unique)
                 if n_unique >= items and not any(t.is_alive() for t in threads):
                     break
         for t in threads:
@@ -156,6 +159,46 @@ def _kill_leader(zk: ZooKeeperEnsemble, console: Console) -> int | None:
     zk.kill(leader)
     console.print(f"[red]killed ZooKeeper node {leader} (the leader) halfway[/red]; the other two keep quorum")
     return leader
+
+
+class _Recovery:
+    """Tells, in plain words, what follows the leader kill: the election of a new leader, then consumers working
+    again (their connection errors in between are one quiet WARNING line each, not tracebacks)."""
+
+    def __init__(self, zk: ZooKeeperEnsemble, console: Console) -> None:
+        self._zk = zk
+        self._console = console
+        self._at: float | None = None
+        self._consumed_at_kill = 0
+        self._elected = False
+        self._resumed = False
+        self._next_look = 0.0
+
+    def killed(self, consumed: int) -> None:
+        self._at = time.monotonic()
+        self._consumed_at_kill = consumed
+        self._console.print("  clients lose their connection to that node: each logs one WARNING line, then "
+                            "reconnects to another node")
+
+    def check(self, consumed: int) -> None:
+        if self._at is None:
+            return
+        now = time.monotonic()
+        if not self._elected and now >= self._next_look:
+            self._next_look = now + 0.5
+            try:
+                leader = self._zk.leader()
+            except ServerStartError:
+                leader = None  # still electing
+            if leader is not None:
+                self._elected = True
+                self._consumed_at_kill = consumed
+                self._console.print(f"  [green]node {leader} was elected the new leader[/green] "
+                                    f"{now - self._at:.1f} s after the kill")
+        if self._elected and not self._resumed and consumed > self._consumed_at_kill:
+            self._resumed = True
+            self._console.print(f"  [green]consumers are working again[/green] under the new leader, "
+                                f"{now - self._at:.1f} s after the kill (the accounting below checks nothing was lost)")
 
 
 def _print_summary(console: Console, report: DemoReport) -> None:
