@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import traceback as tb
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -46,10 +47,18 @@ class FlowWorker:
         self._lock = threading.Lock()
         self.errors = 0  # worker-loop errors (logged)
         self.handled = 0  # step jobs ended by these workers
-        self._threads = [
-            threading.Thread(target=self._serve, args=(step,), name=f"zkqueue-flow-{step.name}-{i}", daemon=True)
-            for step in steps for i in range(concurrency)
-        ]
+        self._pools: list[ThreadPoolExecutor] = []
+        self._threads: list[threading.Thread] = []
+        for step in steps:
+            if step.max_concurrency is not None:  # a semaphore slot per run: one thread claims one job at a time
+                self._threads += [threading.Thread(target=self._serve_limited, args=(step,),
+                                                   name=f"zkqueue-flow-{step.name}-{i}", daemon=True)
+                                  for i in range(concurrency)]
+            else:  # one thread claims as many jobs as there are free threads in the step's pool
+                pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"zkqueue-flow-{step.name}")
+                self._pools.append(pool)
+                self._threads.append(threading.Thread(target=self._serve, args=(step, pool, concurrency),
+                                                      name=f"zkqueue-flow-{step.name}-claims", daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -59,6 +68,8 @@ class FlowWorker:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout)
+        for pool in self._pools:
+            pool.shutdown(wait=True)
 
     def __enter__(self) -> FlowWorker:
         return self
@@ -66,36 +77,72 @@ class FlowWorker:
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
 
-    # ------------------------------------------------------------------------------------------ loop
-    def _serve(self, step: Step) -> None:
+    # ------------------------------------------------------------------------------------------ loops
+    def _serve(self, step: Step, pool: ThreadPoolExecutor, concurrency: int) -> None:
+        free = threading.Semaphore(concurrency)
+
+        def run(held: HeldJob) -> None:
+            try:
+                self._handle(step, held)
+            except Exception:
+                self._loop_error(step, 1)
+            finally:
+                free.release()
+
+        def claim() -> None:
+            if not free.acquire(timeout=POLL_SECONDS):
+                return
+            n = 1
+            while n < concurrency and free.acquire(blocking=False):
+                n += 1
+            try:
+                helds = self._flow.queue(step.name).claim_many(n, timeout=POLL_SECONDS)
+            except BaseException:
+                for _ in range(n):
+                    free.release()
+                raise
+            for _ in range(n - len(helds)):
+                free.release()
+            for held in helds:
+                pool.submit(run, held)
+
+        self._forever(step, claim)
+
+    def _serve_limited(self, step: Step) -> None:
+        ident = f"{socket.gethostname()}-{os.getpid()}-{threading.current_thread().name}"
+        sem = self._flow.client.Semaphore(self._flow.paths.limit(step.name), ident, max_leases=step.max_concurrency)
+
+        def claim_and_run() -> None:
+            if not sem.acquire(timeout=POLL_SECONDS):
+                return
+            try:
+                held = self._flow.queue(step.name).claim(timeout=POLL_SECONDS)
+                if held is not None:
+                    self._handle(step, held)
+            finally:
+                sem.release()
+
+        self._forever(step, claim_and_run)
+
+    def _forever(self, step: Step, once: Any) -> None:
+        """Call ``once()`` until stopped; errors are logged and counted, with a growing pause between them."""
         failures = 0
-        sem = None
-        if step.max_concurrency is not None:
-            ident = f"{socket.gethostname()}-{os.getpid()}-{threading.current_thread().name}"
-            sem = self._flow.client.Semaphore(self._flow.paths.limit(step.name), ident,
-                                              max_leases=step.max_concurrency)
         while not self._stop.is_set():
             try:
-                if sem is not None and not sem.acquire(timeout=POLL_SECONDS):
-                    continue
-                try:
-                    held = self._flow.queue(step.name).claim(timeout=POLL_SECONDS)
-                    if held is not None:
-                        self._handle(step, held)
-                finally:
-                    if sem is not None:
-                        sem.release()
+                once()
                 failures = 0
             except Exception:
                 failures += 1
-                with self._lock:
-                    self.errors += 1
-                log.warning("flow worker of step %s: error (%d in a row); going on", step.name, failures,
-                            exc_info=True)
+                self._loop_error(step, failures)
                 self._stop.wait(min(5.0, 0.05 * 2 ** min(failures, 7)))
             except BaseException:
                 log.exception("flow worker of step %s stops on an exit exception", step.name)
                 raise
+
+    def _loop_error(self, step: Step, failures: int) -> None:
+        with self._lock:
+            self.errors += 1
+        log.warning("flow worker of step %s: error (%d in a row); going on", step.name, failures, exc_info=True)
 
     # ------------------------------------------------------------------------------------------ one step job
     def _handle(self, step: Step, held: HeldJob) -> None:

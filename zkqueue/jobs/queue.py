@@ -169,6 +169,7 @@ class JobQueue:
                     raise QueueStateError(f"adding job {record.id!r} to {self.paths.root} failed: {res.error!r}")
             records = again
         rejected.extend(r.id for r in records)
+        self._outcomes.count("added", len(jobs) - len(rejected))
         return rejected
 
     def _finished_records(self, job_ids: list[str]) -> dict[str, list[tuple[str, int]]]:
@@ -192,8 +193,14 @@ class JobQueue:
     def claim(self, timeout: float | None = None) -> HeldJob | None:
         """Claim one due job and hold it (blocks up to ``timeout`` seconds; None if none was due): a seam for the
         layers above that commit a job's end in their own multis (flows). See :class:`~zkqueue.jobs.scope.HeldJob`."""
+        held = self.claim_many(1, timeout)
+        return held[0] if held else None
+
+    def claim_many(self, max_jobs: int, timeout: float | None = None) -> list[HeldJob]:
+        """Like :meth:`claim`, up to ``max_jobs`` jobs at once (their leases and attempts in as few multis as
+        possible); [] if none was due within ``timeout`` seconds."""
         self._check_started()
-        return claim_held(self._engine, self._claims, timeout)
+        return claim_held(self._engine, self._claims, timeout, max_jobs)
 
     def work(self, handler: Callable[[Job], Any], concurrency: int = 1) -> JobWorker:
         """Run ``handler(job)`` for jobs on ``concurrency`` threads until :meth:`JobWorker.stop` or close(): its
@@ -231,6 +238,13 @@ class JobQueue:
             stat = self._client.exists(parent)
             counts[key] = stat.numChildren if stat else 0
         return counts
+
+    def stats(self) -> dict[str, int]:
+        """What this instance did so far: jobs ``added``, and job ends its workers and scopes decided:
+        ``completed``, ``retried`` (a failed attempt with another to come) and ``dead_lettered``. Counters for
+        :mod:`zkqueue.metrics`; :meth:`counts` is the queue's state across every instance."""
+        tally = self._outcomes.tallied()
+        return {key: tally.get(key, 0) for key in ("added", "completed", "retried", "dead_lettered")}
 
     def dead_letters(self, limit: int | None = None) -> list[Job]:
         """The dead jobs, the most recently dead first."""

@@ -146,14 +146,17 @@ class HeldJob:
         self._release([self._outcome])
 
 
-def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float | None) -> HeldJob | None:
-    """Claim one due job of ``engine`` (pull mode) and hold it; None if none was due within ``timeout``."""
-    for o in engine.claim_nodes(1, timeout):
+def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float | None,
+               max_jobs: int = 1) -> list[HeldJob]:
+    """Claim up to ``max_jobs`` due jobs of ``engine`` (pull mode) and hold them; [] if none was due within
+    ``timeout``."""
+    out = []
+    for o in engine.claim_nodes(max_jobs, timeout):
         claimed = claims.take(o.held.path) if o.held is not None else None
         if claimed is None or o.held is None:  # cannot happen: the claim hook ran for every node it returned
             log.error("claimed node %s has no claimed record; giving it back", o.name)
             engine.release_nodes([o])
             continue
-        return HeldJob(o.held.path, o.version, claimed.record, claimed.version, o, engine.complete_nodes,
-                       engine.release_nodes)
-    return None
+        out.append(HeldJob(o.held.path, o.version, claimed.record, claimed.version, o, engine.complete_nodes,
+                           engine.release_nodes))
+    return out
