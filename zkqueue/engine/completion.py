@@ -181,8 +181,7 @@ class Completer:
             try:
                 result = f.reply.result()
             except CONNECTION_ERRORS as exc:
-                log.warning("completion of %d item(s) on %s lost its reply (%r); checking", len(f.plan),
-                            self._ctx.queue_path, exc)
+                self._ctx.connection.failover.error(exc, f"completing {len(f.plan)} item(s) (checking them)")
                 self._commit(f.fence, f.plan, after_lost_reply=True)
                 continue
             except Exception as exc:

@@ -4,7 +4,9 @@ the :class:`~zkqueue.jobs.model.Job` users see."""
 from __future__ import annotations
 
 import logging
+import threading
 import traceback as tb
+from collections import Counter
 from typing import Any
 
 from zkqueue.engine.log_limits import RepeatLimiter
@@ -29,6 +31,18 @@ class JobOutcomes:
         self._serializer = serializer
         self._retry = retry
         self._acl = acl
+        #: Job ends decided here (completed, retried, dead_lettered): :meth:`JobQueue.stats` reports them.
+        self.tally: Counter[str] = Counter()
+        self._tally_lock = threading.Lock()
+
+    def count(self, what: str, n: int = 1) -> None:
+        with self._tally_lock:
+            self.tally[what] += n
+
+    def tallied(self) -> dict[str, int]:
+        """A copy of :attr:`tally`."""
+        with self._tally_lock:
+            return dict(self.tally)
 
     def success(self, claimed: Claimed, result: Any) -> Completion:
         try:
@@ -37,6 +51,7 @@ class JobOutcomes:
             log.warning("job %s returned a result the serializer refuses (%r): the attempt fails", claimed.record.id,
                         exc)
             return self.failure(claimed, exc)
+        self.count("completed")
         return store.finish(self._paths, claimed.record, claimed.version, JobState.COMPLETED, self._acl,
                             result=bytes(data))
 
@@ -49,10 +64,12 @@ class JobOutcomes:
             JOB_ERRORS.error(log, error, "job %s failed (attempt %d of %d): %s: %s; again in %.1fs", record.id,
                              record.attempts, self._retry.max_attempts, type(error).__name__, error, delay,
                              level=logging.WARNING, scope=self._paths.root)
+            self.count("retried")
             return store.retry(self._paths, record, claimed.version, now_ms() + int(delay * 1000), errors)
         JOB_ERRORS.error(log, error, "job %s failed (attempt %d of %d): %s: %s; it goes to the dead letters",
                          record.id, record.attempts, self._retry.max_attempts, type(error).__name__, error,
                          level=logging.WARNING, scope=self._paths.root)
+        self.count("dead_lettered")
         return store.finish(self._paths, record, claimed.version, JobState.DEAD, self._acl, errors=errors)
 
     def job(self, record: Record) -> Job:

@@ -76,6 +76,11 @@ class JobQueue:
         self._reaper: Reaper | None = None
         self._lock = threading.Lock()
 
+    @property
+    def client(self) -> KazooClient:
+        """The client this job queue works through."""
+        return self._client
+
     def _engine_queue(self, consumer: Any, executor: Executor | None) -> DistributedQueue[Any]:
         options: dict[str, Any] = {}
         if self._batch_size is not None:

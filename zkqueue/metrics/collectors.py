@@ -1,0 +1,139 @@
+"""Prometheus collectors: counters and gauges of a running queue, job queue or flow (read at each scrape from its
+``stats()`` and cheap depths), and of queue depths alone for the standalone exporter."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from zkqueue.ops.depth import Depth, depths, flow_depth, job_depth, queue_depth
+
+log = logging.getLogger("zkqueue.metrics.collectors")
+
+LABELS = ["queue", "kind"]
+
+#: Counter name -> help. Each is ``zkqueue_<name>_total`` on the wire.
+COUNTERS = {
+    "puts": "Items put (queues) or jobs added (job queues) by this process.",
+    "consumed": "Items consumed (queues) or jobs completed (job queues) by this process.",
+    "errors": "Consumer errors (queues) or failed job attempts (job queues) in this process.",
+    "requeues": "Items requeued after a consumer error by this process.",
+    "retries": "Failed job attempts that will be retried, decided by this process.",
+    "dead_lettered": "Jobs sent to the dead letters by this process.",
+    "quarantined": "Corrupt items moved to the quarantine by this process.",
+}
+
+#: Gauge name -> (Depth field, help). Each is ``zkqueue_<name>``.
+GAUGES = {
+    "pending": ("pending", "Items (or queued jobs) waiting to be taken."),
+    "in_flight": ("in_flight", "Items held by lock-safe consumers (leased or locked; active jobs)."),
+    "retrying": ("retrying", "Jobs waiting for their next attempt."),
+    "dead": ("dead", "Dead jobs (dead letters) kept."),
+    "completed": ("completed", "Completed jobs kept."),
+    "quarantine": ("quarantined", "Nodes in the queue's quarantine."),
+    "consumers": ("consumers", "Live lock-safe consumers (session fences)."),
+    "flow_jobs": ("jobs", "Flow jobs kept (running and finished)."),
+}
+
+
+def gauge_families(rows: Iterable[Depth]) -> list[Metric]:
+    """The gauges of some depths (a field that is None for a row is left out for it)."""
+    families = {name: GaugeMetricFamily(f"zkqueue_{name}", doc, labels=LABELS)
+                for name, (_field, doc) in GAUGES.items()}
+    for row in rows:
+        for name, (field, _doc) in GAUGES.items():
+            value = getattr(row, field)
+            if value is not None and not (row.kind == "flow" and field != "jobs"):
+                families[name].add_metric([row.path, row.kind], value)
+    return list(families.values())
+
+
+def counter_families(rows: Iterable[tuple[str, str, dict[str, int]]]) -> list[Metric]:
+    """The counters of (queue, kind, {counter name: value}) rows."""
+    families = {name: CounterMetricFamily(f"zkqueue_{name}", doc, labels=LABELS) for name, doc in COUNTERS.items()}
+    for path, kind, values in rows:
+        for name, value in values.items():
+            families[name].add_metric([path, kind], value)
+    return list(families.values())
+
+
+def queue_counters(stats: Any) -> dict[str, int]:
+    """Counter values of a :class:`~zkqueue.engine.stats.QueueStats`."""
+    return {"puts": stats.put_ok, "consumed": stats.consumed, "errors": stats.consumer_errors,
+            "requeues": stats.requeued, "quarantined": stats.corrupt_quarantined}
+
+
+def job_counters(stats: dict[str, int]) -> dict[str, int]:
+    """Counter values of a :meth:`JobQueue.stats() <zkqueue.jobs.JobQueue.stats>`."""
+    return {"puts": stats["added"], "consumed": stats["completed"],
+            "errors": stats["retried"] + stats["dead_lettered"], "retries": stats["retried"],
+            "dead_lettered": stats["dead_lettered"]}
+
+
+class InstrumentedCollector(Collector):
+    """Counters and gauges of one running queue, job queue or flow, read at each scrape."""
+
+    def __init__(self, target: Any, name: str | None = None) -> None:
+        self.target = target
+        self.kind = _kind(target)
+        self.name = name or (target.queue_path if self.kind == "queue" else target.paths.root)
+
+    def describe(self) -> list[Metric]:
+        return []  # nothing at registration: no scrape then, and several queues may share the metric names
+
+    def collect(self) -> Iterator[Metric]:
+        target = self.target
+        if self.kind == "queue":
+            rows = [queue_depth(target.client, target.queue_path, lock_path=target.lock_path,
+                                quarantine_path=target.quarantine_path)]
+            counters = [(self.name, "queue", queue_counters(target.stats()))]
+        elif self.kind == "jobs":
+            rows = [job_depth(target.client, target.paths.root)]
+            counters = [(self.name, "jobs", job_counters(target.stats()))]
+        else:
+            rows = flow_depth(target.client, target.paths.root)
+            counters = [(row.path, "jobs", job_counters(target.queue(row.path.rsplit("/", 1)[-1]).stats()))
+                        for row in rows if row.kind == "jobs"]
+        if self.kind != "flow":
+            rows[0].path = self.name
+        yield from counter_families(counters)
+        yield from gauge_families(rows)
+
+
+def _kind(target: Any) -> str:
+    from zkqueue.engine.queue import DistributedQueue  # noqa: PLC0415
+    from zkqueue.flows import Flow  # noqa: PLC0415
+    from zkqueue.jobs import JobQueue  # noqa: PLC0415
+
+    if isinstance(target, DistributedQueue):
+        return "queue"
+    if isinstance(target, JobQueue):
+        return "jobs"
+    if isinstance(target, Flow):
+        return "flow"
+    raise TypeError(f"instrument() takes a DistributedQueue, JobQueue or Flow, got {type(target).__name__}")
+
+
+class DepthCollector(Collector):
+    """Depth gauges of the queues, job queues and flows at ``paths`` (found by their layout), for the standalone
+    exporter: child counts and small listings only, never an item read."""
+
+    def __init__(self, client: Any, paths: Sequence[str]) -> None:
+        self.client = client
+        self.paths = list(paths)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        rows: list[Depth] = []
+        for path in self.paths:
+            try:
+                rows.extend(depths(self.client, path))
+            except Exception as exc:  # noqa: BLE001 - one bad path must not end the scrape
+                log.warning("cannot read the depth of %s: %s", path, exc)
+        yield from gauge_families(rows)
