@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo check-java check-redis venv clean
+.PHONY: test demo check-java check-redis check-chromium venv clean
 
 check-java:
 	@$(PYTHON) -m zkqueue.server.check_java
@@ -22,7 +22,13 @@ check-redis:
 	@command -v redis-server >/dev/null || (command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  (apt-get install -y -q redis-server >/dev/null || (apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null))) || true
 
-test: check-java check-redis $(STAMP)
+# The dashboard's browser test drives Debian's chromium headless; install it on a fresh root machine with apt (the
+# test skips, saying why, where it cannot be had).
+check-chromium:
+	@command -v chromium >/dev/null || (command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -q chromium >/dev/null || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null))) || true
+
+test: check-java check-redis check-chromium $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: check-java $(STAMP)

@@ -217,5 +217,14 @@ def _register_flows() -> None:
 
 _register_flows()
 
+
+def _register_ops() -> None:
+    from zkqueue.ops.ops_cli import register  # noqa: PLC0415
+
+    register(main, connect_option)
+
+
+_register_ops()
+
 if __name__ == "__main__":  # pragma: no cover
     main()

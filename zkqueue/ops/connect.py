@@ -3,6 +3,7 @@ client they make."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -45,6 +46,12 @@ def client_for(connect: str, auth: str | None = None, acl: str | None = None) ->
     except ZkQueueError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        return make_client(connect, start_timeout=15, **kwargs)
+        return make_client(connect, start_timeout=float(os.environ.get("ZKQUEUE_CONNECT_TIMEOUT", 15)), **kwargs)
     except Exception as exc:  # noqa: BLE001 - kazoo raises a bare timeout
-        raise click.ClickException(f"cannot connect to ZooKeeper at {connect}: {exc}") from exc
+        raise NoServer(f"cannot connect to ZooKeeper at {connect}: {exc or type(exc).__name__}") from exc
+
+
+class NoServer(click.ClickException):
+    """No ZooKeeper answered: exit code 3."""
+
+    exit_code = 3
