@@ -24,7 +24,7 @@ LIST_LIMIT = 10_000
 JOB_PARTS = ("queue", "records", "dead", "completed")
 FLOW_PARTS = ("flows", "steps")
 #: Sibling nodes that belong to a queue, not queues of their own.
-QUEUE_SUFFIXES = ("-locks", "-quarantine", "-receipts", "-blobs", "-staging")
+QUEUE_SUFFIXES = ("-locks", "-quarantine", "-receipts", "-blobs", "-staging", "-producers")
 
 
 @dataclass

@@ -1,0 +1,106 @@
+"""What the dashboard shows, read from ZooKeeper through the public APIs: the queues under the root with their
+depths and rates, a queue's head items and quarantine, a job queue's dead letters and one job's record; and the
+actions (retry, purge dead letters, redrive the quarantine)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from zkqueue.ops import items
+from zkqueue.ops.depth import find_queues, kind_of
+from zkqueue.ops.history import History, Sample
+
+log = logging.getLogger("zkqueue.ops.dashboard.data")
+
+
+def job_dict(job: Any) -> dict[str, Any]:
+    """A job (of a job queue) or a flow job as plain data for the page."""
+    out = {"id": job.id, "state": job.state.value, "params": job.params}
+    for key in ("attempts", "result", "priority", "run", "pending", "steps", "results", "data"):
+        if hasattr(job, key):
+            out[key] = getattr(job, key)
+    out["created_at"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created_at))
+    out["updated_at"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.updated_at))
+    out["errors"] = [{"attempt": e.attempt, "error": e.error, "step": getattr(e, "step", None),
+                      "traceback": getattr(e, "traceback", None)} for e in job.errors]
+    return out
+
+
+class DashboardData:
+    """Reads (and, when allowed, changes) what is under ``root``; keeps the depth history for the charts."""
+
+    def __init__(self, client: Any, root: str, keep: float = 600.0, find_every: float = 10.0) -> None:
+        self.client = client
+        self.root = root
+        self._found: list[tuple[str, str]] = []
+        self._found_at = 0.0
+        self._find_every = find_every
+        self._lock = threading.Lock()
+        self.history = History(client, find=self.queues, keep=keep)
+
+    def queues(self) -> list[tuple[str, str]]:
+        """(path, kind) of the queues under the root (looked for again every ``find_every`` seconds)."""
+        with self._lock:
+            if not self._found or time.monotonic() - self._found_at > self._find_every:
+                self._found = find_queues(self.client, self.root)
+                self._found_at = time.monotonic()
+            return list(self._found)
+
+    def overview(self) -> list[Sample]:
+        """A fresh sample of every queue."""
+        return self.history.sample()
+
+    def kind(self, path: str) -> str | None:
+        return kind_of(self.client, path)
+
+    # ------------------------------------------------------------------------------------ one queue
+    def peek(self, path: str, n: int, serializer: str) -> list[items.Peeked]:
+        target = path + "/queue" if self.kind(path) == "jobs" else path
+        return items.peek(self.client, target, n, serializer)
+
+    def quarantine(self, path: str, serializer: str) -> list[items.Peeked]:
+        target = path + "/queue" if self.kind(path) == "jobs" else path
+        return items.quarantined(self.client, target, 100, serializer)
+
+    def job_queue(self, path: str) -> Any:
+        from zkqueue.jobs import JobQueue  # noqa: PLC0415
+
+        return JobQueue(self.client, path)
+
+    def dead_letters(self, path: str, limit: int = 50) -> list[dict[str, Any]]:
+        return [job_dict(j) for j in self.job_queue(path).dead_letters(limit)]
+
+    def job_counts(self, path: str) -> dict[str, int]:
+        return self.job_queue(path).counts()
+
+    def flow_counts(self, path: str) -> dict[str, Any]:
+        from zkqueue.flows import Flow  # noqa: PLC0415
+
+        with Flow(self.client, path) as flow:
+            return flow.counts()
+
+    def job(self, path: str, job_id: str) -> dict[str, Any] | None:
+        if self.kind(path) == "flow":
+            from zkqueue.flows import Flow  # noqa: PLC0415
+
+            with Flow(self.client, path) as flow:
+                job = flow.get(job_id)
+        else:
+            job = self.job_queue(path).get(job_id)
+        return None if job is None else job_dict(job)
+
+    # ------------------------------------------------------------------------------------ actions
+    def retry_dead(self, path: str, job_ids: list[str] | None) -> int:
+        with self.job_queue(path) as jq:
+            return jq.retry_dead(job_ids)
+
+    def purge_dead(self, path: str) -> int:
+        with self.job_queue(path) as jq:
+            return jq.purge_dead(None)
+
+    def redrive(self, path: str) -> int:
+        target = path + "/queue" if self.kind(path) == "jobs" else path
+        return items.redrive(self.client, target)

@@ -1,0 +1,138 @@
+"""The dashboard's pages, JSON and actions."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kazoo.exceptions import KazooException
+from flask import Blueprint, abort, current_app, flash, jsonify, redirect, render_template, request, url_for
+
+from zkqueue.errors import ZkQueueError
+from zkqueue.ops.dashboard.charts import rate_chart
+from zkqueue.ops.dashboard.data import DashboardData
+from zkqueue.ops.items import SERIALIZERS
+
+log = logging.getLogger("zkqueue.ops.dashboard.views")
+
+views = Blueprint("zkq", __name__)
+
+
+def _data() -> DashboardData:
+    return current_app.config["ZKQ_DATA"]
+
+
+def _path() -> str:
+    path = request.values.get("path", "")
+    if not path.startswith("/"):
+        abort(400, "a path is required")
+    return path
+
+
+@views.app_context_processor
+def _globals() -> dict[str, Any]:
+    return {"allow_actions": current_app.config["ZKQ_ALLOW_ACTIONS"], "auth_user": current_app.config["ZKQ_AUTH_USER"],
+            "token": current_app.config["ZKQ_TOKEN"], "root": _data().root}
+
+
+def _row(sample: Any) -> dict[str, Any]:
+    d = sample.depth.as_dict()
+    d.update(puts_per_s=round(sample.puts_per_s, 2), takes_per_s=round(sample.takes_per_s, 2))
+    return d
+
+
+@views.route("/")
+def index() -> str:
+    samples = _data().overview()
+    charts = {s.depth.path: rate_chart(_data().history.series(s.depth.path), s.depth.path) for s in samples}
+    return render_template("index.html", rows=[_row(s) for s in samples], charts=charts)
+
+
+@views.route("/api/overview")
+def api_overview() -> Any:
+    return jsonify([_row(s) for s in _data().overview()])
+
+
+@views.route("/chart.svg")
+def chart() -> Any:
+    path = _path()
+    return current_app.response_class(rate_chart(_data().history.series(path), path), mimetype="image/svg+xml")
+
+
+@views.route("/queue")
+def queue() -> str:
+    path = _path()
+    data = _data()
+    kind = data.kind(path)
+    if kind is None:
+        abort(404, f"no node {path}")
+    serializer = request.args.get("serializer", "str")
+    if serializer not in SERIALIZERS:
+        abort(400, f"unknown serializer {serializer!r}")
+    context: dict[str, Any] = {"path": path, "kind": kind, "serializer": serializer, "serializers": sorted(SERIALIZERS),
+                               "chart": rate_chart(data.history.series(path), path)}
+    if kind == "flow":
+        context["flow_counts"] = data.flow_counts(path)
+    else:
+        context["head"] = data.peek(path, int(request.args.get("n", 10)), serializer)
+        context["quarantine"] = data.quarantine(path, serializer)
+    if kind == "jobs":
+        context["job_counts"] = data.job_counts(path)
+        context["dead"] = data.dead_letters(path)
+    return render_template("queue.html", **context)
+
+
+@views.route("/job")
+def job() -> str:
+    path = _path()
+    job_id = request.args.get("id", "")
+    record = _data().job(path, job_id) if job_id else None
+    if record is None:
+        abort(404, f"no job {job_id!r} in {path}")
+    return render_template("job.html", path=path, job=record)
+
+
+def _action_allowed() -> None:
+    if not current_app.config["ZKQ_ALLOW_ACTIONS"]:
+        abort(403, "actions are off: start the dashboard with --allow-actions")
+    if request.form.get("token") != current_app.config["ZKQ_TOKEN"]:
+        abort(403, "this form does not come from this dashboard")
+
+
+def _after(path: str, message: str) -> Any:
+    flash(message)
+    return redirect(url_for("zkq.queue", path=path))
+
+
+@views.route("/action/retry", methods=["POST"])
+def retry() -> Any:
+    _action_allowed()
+    path = _path()
+    job_id = request.form.get("job_id")
+    try:
+        n = _data().retry_dead(path, [job_id] if job_id else None)
+    except (ZkQueueError, KazooException) as exc:
+        return _after(path, f"retry failed: {exc}")
+    return _after(path, f"requeued {n} dead job(s)")
+
+
+@views.route("/action/purge-dead", methods=["POST"])
+def purge_dead() -> Any:
+    _action_allowed()
+    path = _path()
+    try:
+        n = _data().purge_dead(path)
+    except (ZkQueueError, KazooException) as exc:
+        return _after(path, f"purge failed: {exc}")
+    return _after(path, f"purged {n} dead job(s)")
+
+
+@views.route("/action/redrive", methods=["POST"])
+def redrive() -> Any:
+    _action_allowed()
+    path = _path()
+    try:
+        n = _data().redrive(path)
+    except (ZkQueueError, KazooException) as exc:
+        return _after(path, f"redrive failed: {exc}")
+    return _after(path, f"redrove {n} quarantined node(s)")
