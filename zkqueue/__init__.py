@@ -44,6 +44,7 @@ _EXPORTS = {
     "DistributedIdQueue": "zkqueue.recipes.ids",
     "SimpleDistributedQueue": "zkqueue.recipes.simple",
     "NoSuchElementError": "zkqueue.errors",
+    "PutOutcomeUnknown": "zkqueue.errors",
     "BlockingQueueConsumer": "zkqueue.recipes.blocking",
     "QueueSharder": "zkqueue.recipes.sharder",
     "QueueSharderPolicies": "zkqueue.recipes.sharder",

@@ -148,6 +148,18 @@ class QueueBuilder(Generic[T]):
         self._options["large_items"] = LargeItems(max_item_bytes, compression, orphan_grace)
         return self
 
+    def producer_id(self, producer_id: str) -> "QueueBuilder[T]":
+        """Name this producer for exactly-once puts (default: a random name per queue instance).
+
+        Every put multi also advances a marker node ``<queue>-producers/<producer id>.<lane>``, so a put whose
+        reply was lost learns whether it committed and is never stored twice. A producer restarted with the same
+        id can still answer a :class:`~zkqueue.errors.PutOutcomeUnknown` with
+        :func:`zkqueue.engine.put_markers.put_committed`. Two running queue instances must not share an id."""
+        from zkqueue.engine.put_markers import check_producer_id  # noqa: PLC0415
+
+        self._options["producer_id"] = check_producer_id(producer_id)
+        return self
+
     # -- build
     def build_queue(self) -> DistributedQueue[T]:
         return DistributedQueue(self._client, self._consumer, self._serializer, self._queue_path, **self._options)

@@ -119,3 +119,16 @@ class ProgressFormatError(ZkQueueError, ValueError):
 class ProgressFencedError(QueueStateError):
     """This consumer is no longer the active one (its election node is gone, or the stored progress changed under
     it): the progress write or hand-off was refused."""
+
+
+class PutOutcomeUnknown(ZkQueueError):
+    """A put's reply was lost and ZooKeeper could not be reached again in time to learn whether it committed.
+
+    ``marker`` is the producer lane's marker node and ``batch`` the put's number in that lane: the put committed
+    exactly when the marker's number has reached ``batch``. A producer restarted with the same ``producer_id``
+    can still answer it with :func:`zkqueue.engine.put_markers.put_committed`."""
+
+    def __init__(self, message: str, marker: str, batch: int) -> None:
+        super().__init__(message)
+        self.marker = marker
+        self.batch = batch

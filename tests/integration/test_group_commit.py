@@ -39,6 +39,27 @@ class CountingListener(QueuePutListener):
             self.failed.append((item, exc))
 
 
+def gate_first_send(monkeypatch, until, after=None) -> threading.Event:
+    """Hold the first put request (the lone leader's) until ``until()`` holds; then send it, wait for its reply
+    and run ``after()``. Returns an event set once the gate was reached."""
+    real = protocol.send_creates
+    reached = threading.Event()
+
+    def gated(client, items, **kwargs):
+        if reached.is_set():
+            return real(client, items, **kwargs)
+        reached.set()
+        wait_for(until, timeout=20)
+        pending = real(client, items, **kwargs)
+        if after is not None:
+            pending.result()
+            after()
+        return pending
+
+    monkeypatch.setattr(protocol, "send_creates", gated)
+    return reached
+
+
 class MultiCounter:
     """Wraps protocol.send_creates (the group commit's multi), recording how many creates each multi carried
     and whether it committed."""
@@ -133,8 +154,9 @@ def test_16_threads_x_200_puts(zk_client, monkeypatch) -> None:
     assert (total - grouped) + len(counter.calls) < total
 
 
-def test_single_thread_sends_plain_creates(zk_client, monkeypatch) -> None:
-    """A lone thread never waits for company: each put is one create, no multi."""
+def test_single_thread_sends_one_request_per_put(zk_client, monkeypatch) -> None:
+    """A lone thread never waits for company: each put is one request of its own (its item and its producer
+    marker's update, for exactly-once puts)."""
     counter = MultiCounter(monkeypatch)
     q = _producer(zk_client)
     try:
@@ -142,7 +164,7 @@ def test_single_thread_sends_plain_creates(zk_client, monkeypatch) -> None:
             assert q.put(str(i)) is True
     finally:
         q.close()
-    assert counter.calls == []
+    assert counter.calls == [(1, True)] * 20
     stored = _stored(zk_client)
     assert [stored[str(i)] for i in range(20)] == sorted(stored.values())
 
@@ -156,19 +178,10 @@ def test_failing_group_gives_each_caller_its_own_outcome(zk_client, monkeypatch)
     q.put_listeners.add(listener)
     zk_client.create(QPATH + "/readonly", b"", acl=[make_acl("world", "anyone", read=True)])
 
-    # Hold the first create in flight until every other caller waits, so they all form ONE group.
-    real_create = protocol.create
-    gate_done = threading.Event()
+    # Hold the first put in flight until every other caller waits, so they all form ONE group.
     n_good = 6
     n_callers = n_good + 2
-
-    def gated_create(*args, **kwargs):
-        if not gate_done.is_set():
-            gate_done.set()
-            wait_for(lambda: q.producer.group_waiting == n_callers - 1, timeout=20)
-        return real_create(*args, **kwargs)
-
-    monkeypatch.setattr(protocol, "create", gated_create)
+    gate_done = gate_first_send(monkeypatch, lambda: q.producer.group_waiting == n_callers - 1)
     outcomes: dict[str, object] = {}
 
     def put(name: str, prefix: str) -> None:
@@ -228,20 +241,9 @@ def test_oversized_item_among_good_ones(zk_client) -> None:
 def test_queue_deleted_while_a_group_waits(zk_client, monkeypatch) -> None:
     """The queue node is deleted while a group waits: every caller of the group gets its own NoNodeError."""
     q = _producer(zk_client)
-    real_create = protocol.create
-    gate_done = threading.Event()
     n_waiting = 5
-
-    def gated_create(*args, **kwargs):
-        if not gate_done.is_set():
-            gate_done.set()
-            wait_for(lambda: q.producer.group_waiting == n_waiting, timeout=20)
-            result = real_create(*args, **kwargs)
-            zk_client.delete(QPATH, recursive=True)
-            return result
-        return real_create(*args, **kwargs)
-
-    monkeypatch.setattr(protocol, "create", gated_create)
+    gate_done = gate_first_send(monkeypatch, lambda: q.producer.group_waiting == n_waiting,
+                                after=lambda: zk_client.delete(QPATH, recursive=True))
     outcomes: dict[int, object] = {}
 
     def put(i: int) -> None:

@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any, Callable, Protocol
 
 from zkqueue.engine.commit import CONNECTION_ERRORS, copy_error
-from zkqueue.errors import QueueStateError
+from zkqueue.errors import PutOutcomeUnknown, QueueStateError
 
 
 class PutRequest(Protocol):
@@ -51,7 +51,7 @@ class GroupCommit:
     def __init__(
         self,
         send_batch: Callable[[list[PutRequest]], Any],
-        create_one: Callable[[PutRequest], str],
+        create_one: Callable[[PutRequest], str | None],
         take: Callable[[deque[Any], list[Any], Callable[[Any], PutRequest]], None],
         name: str,
     ) -> None:
@@ -69,8 +69,9 @@ class GroupCommit:
         with self._lock:
             return len(self._waiting)
 
-    def put(self, req: PutRequest) -> str:
-        """Create ``req``'s node, grouped with concurrent callers; return its path or raise its error."""
+    def put(self, req: PutRequest) -> str | None:
+        """Create ``req``'s node, grouped with concurrent callers; return its path (None when a lost reply was
+        settled as committed) or raise its error."""
         slot = _Slot(req)
         with self._lock:
             follow = self._leading
@@ -84,7 +85,6 @@ class GroupCommit:
             self._lead(slot)
         if slot.error is not None:
             raise slot.error
-        assert slot.created is not None
         return slot.created
 
     def _lead(self, slot: _Slot) -> None:
@@ -116,9 +116,9 @@ class GroupCommit:
             result = None
             try:
                 result = self._send_batch([s.req for s in batch]).result()
-            except CONNECTION_ERRORS as exc:
-                # Outcome unknown, exactly as for a single create whose reply was lost: every caller of the
-                # group gets the connection error (retrying may store the items twice: at-least-once).
+            except (*CONNECTION_ERRORS, PutOutcomeUnknown) as exc:
+                # Nothing sent (the marker could not be read), or ZooKeeper stayed unreachable after a lost reply:
+                # every caller of the group gets the error.
                 for s in batch:
                     s.error = copy_error(exc)
                     s.done = True

@@ -1,5 +1,8 @@
 """The producer: every way an item gets into the queue.
 
+Every put is exactly once: its multi also advances a marker of the producer (:mod:`zkqueue.engine.put_markers`), so
+a put whose reply was lost learns whether it committed and is sent again only if it did not.
+
 - **Background puts** (the default, Curator's ``putInBackground``): ``put`` returns once the item is queued; the
   put thread ``zkqueue-put-<path>`` sends queued puts as multis, up to three in flight, so ZooKeeper's in-order
   processing of one session keeps sequence numbers in put order. Failures reach the put listeners.
@@ -24,10 +27,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 from zkqueue.engine.blobs import BlobWriter
 from zkqueue.engine.children import ChildrenCache, Snapshot
-from zkqueue.engine.commit import CONNECTION_ERRORS, MAX_OPS_PER_MULTI, MULTI_SLACK, create_op, map_error, node_cost
+from zkqueue.engine.commit import CONNECTION_ERRORS, MAX_OPS_PER_MULTI, MULTI_SLACK, map_error, node_cost
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.group_commit import GroupCommit
-from zkqueue.errors import ItemTooLargeError, QueueClosedError, SerializationError
+from zkqueue.engine.put_markers import MarkedBatch, MarkerLane, check_producer_id, new_producer_id
+from zkqueue.errors import ItemTooLargeError, QueueClosedError, QueueStateError, SerializationError
 from zkqueue.formats import framing, naming
 from zkqueue.listeners import ListenerContainer
 from zkqueue.transport import protocol
@@ -61,8 +65,15 @@ class Producer:
         max_items: int | None,
         check_started: Callable[[], None],
         blobs: BlobWriter | None = None,
+        producer_id: str | None = None,
+        settle_wait: float = 60.0,
     ) -> None:
         self._ctx = ctx
+        #: Exactly-once puts: the put thread and the foreground puts each advance a marker lane of their own.
+        self.producer_id = check_producer_id(producer_id) if producer_id is not None else new_producer_id()
+        self._lanes = {lane: MarkerLane(ctx.client, ctx.queue_path, self.producer_id, lane, ctx.acl)
+                       for lane in ("bg", "fg")}
+        self._settle_wait = settle_wait
         self._blobs = blobs
         self._serializer = serializer
         self._listeners = listeners
@@ -79,7 +90,8 @@ class Producer:
         self._bound_lock = threading.Lock()
         self._own_lock = threading.Lock()
         self._own_unlisted: list[int] = []
-        self._group = GroupCommit(self._send_nodes, self._create_node, self._take, ctx.queue_path)
+        self._group = GroupCommit(lambda reqs: self._send_nodes(reqs, "fg"), lambda req: self._create_node(req, "fg"),
+                                  self._take, ctx.queue_path)
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def start(self, cache: ChildrenCache | None) -> None:
@@ -204,7 +216,8 @@ class Producer:
                 self._queue.append(req)
                 self._cond.notify_all()
             return True
-        return self._put_now(req, lambda: self._group.put(req) if self._max_items is None else self._create_node(req))
+        return self._put_now(
+            req, lambda: self._group.put(req) if self._max_items is None else self._create_node(req, "fg"))
 
     def _put_large(self, req: PutRequest) -> bool:
         """Store a large item now, in the caller's thread, behind this instance's earlier background puts."""
@@ -233,16 +246,25 @@ class Producer:
         self._notify(req)
         return True
 
-    def _create_node(self, req: PutRequest) -> str:
-        """Create ``req``'s sequential node now and return its path (every single-node put goes here)."""
-        return protocol.create(self._ctx.client, create_op(req.prefix, req.data, sequence=True, acl=self._ctx.acl))
+    def _create_node(self, req: PutRequest, lane: str) -> str | None:
+        """Create ``req``'s sequential node now and return its path (None when a lost reply was settled as
+        committed); every single-node put goes here. Raises the error of its create."""
+        result = self._send_nodes([req], lane).result()
+        if not result.ok:
+            raise result.failure or QueueStateError(f"put to {req.prefix} failed")
+        return result.results[0]
 
-    def _send_nodes(self, reqs: Sequence[PutRequest]) -> protocol.PendingMulti:
-        """Send the sequential nodes of ``reqs`` as ONE multi, in order, without waiting (every batched put)."""
-        return protocol.send_creates(
-            self._ctx.client, [(r.prefix, r.data) for r in reqs], acl=self._ctx.acl, sequence=True,
-            limit=self._ctx.jute_max_buffer,
-        )
+    def _send_nodes(self, reqs: Sequence[PutRequest], lane: str) -> MarkedBatch:
+        """Send the sequential nodes of ``reqs`` as ONE multi, in order, led by the lane's marker update, without
+        waiting (every put). Its ``result()`` settles a lost reply: exactly once."""
+        items = [(r.prefix, r.data) for r in reqs]
+
+        def send(head: list[Any]) -> protocol.PendingMulti:
+            return protocol.send_creates(self._ctx.client, items, acl=self._ctx.acl, sequence=True,
+                                         limit=self._ctx.jute_max_buffer, head=head)
+
+        what = f"put of {len(reqs)} to {self._ctx.queue_path}" if len(reqs) > 1 else f"put to {self._ctx.queue_path}"
+        return MarkedBatch(self._lanes[lane], send, len(reqs), self._ctx.connection, self._settle_wait, what)
 
     def _take(self, waiting: deque[Any], batch: list[Any], req_of: Callable[[Any], PutRequest]) -> None:
         """Move puts from the head of ``waiting`` to ``batch`` while they fit one multi (op count and bytes, the
@@ -324,7 +346,7 @@ class Producer:
                 pending = None
                 if len(batch) > 1 and self._ctx.connection.connected.is_set():
                     try:
-                        pending = self._send_nodes(batch)
+                        pending = self._send_nodes(batch, "bg")
                     except Exception:
                         log.debug("could not send a put batch asynchronously; sending it in order", exc_info=True)
                         pending = None
@@ -343,12 +365,7 @@ class Producer:
             if pending is None:
                 self._send_now(batch)
                 return
-            try:
-                result = pending.result()
-            except CONNECTION_ERRORS:
-                self._send_now(batch)  # unknown outcome: resend (at-least-once, as Curator's retries)
-                return
-            self._handle_result(batch, result)
+            self._handle_result(batch, pending.result())  # a lost reply is settled by the marker: exactly once
         except Exception as exc:  # never let the put thread die
             log.exception("background put thread error on %s", self._ctx.queue_path)
             for req in batch:
@@ -374,7 +391,7 @@ class Producer:
             self._send_single(batch[0])
             return
         try:
-            result = self._with_reconnect(lambda: self._send_nodes(batch).result(), f"put batch of {len(batch)}")
+            result = self._with_reconnect(lambda: self._send_nodes(batch, "bg").result(), f"put batch of {len(batch)}")
         except Exception as exc:
             for req in batch:
                 self._notify_failed(req, map_error(exc))
@@ -383,7 +400,7 @@ class Producer:
 
     def _send_single(self, req: PutRequest) -> None:
         try:
-            self._with_reconnect(lambda: self._create_node(req), "put")
+            self._with_reconnect(lambda: self._create_node(req, "bg"), "put")
         except Exception as exc:
             self._notify_failed(req, map_error(exc))
             return
@@ -391,16 +408,16 @@ class Producer:
         self._notify(req)
 
     def _with_reconnect(self, call: Callable[[], Any], what: str, attempts: int = 3) -> Any:
-        """Run ``call``; after a connection error wait for the connection and retry (as Curator's retry policy
-        does for background puts). A create whose reply was lost may have committed, so a retried put can be
-        stored twice: puts are at-least-once across connection loss, never silently dropped."""
+        """Run ``call``; after a connection error wait for the connection and retry. Safe: a put that was sent
+        settles a lost reply through its marker (see :mod:`zkqueue.engine.put_markers`), so a connection error
+        reaching here means nothing was sent (reading the marker failed)."""
         for attempt in range(attempts):
             try:
                 return call()
             except CONNECTION_ERRORS as exc:
                 if attempt == attempts - 1:
                     raise
-                log.warning("%s on %s: %r; retrying after reconnect (a duplicate is possible)", what,
+                log.warning("%s on %s: %r before anything was sent; retrying after reconnect", what,
                             self._ctx.queue_path, exc)
                 if not self._ctx.connection.wait(30.0):
                     raise

@@ -115,6 +115,7 @@ class DistributedQueue(Generic[T]):
         auth: Sequence[tuple[str, str]] = (),
         claim_hook: ClaimHook | None = None,
         large_items: LargeItems | None = None,
+        producer_id: str | None = None,
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
@@ -211,6 +212,7 @@ class DistributedQueue(Generic[T]):
             self._ctx, serializer, self.put_listeners, background=self._put_in_background, max_items=max_items,
             check_started=self._check_started,
             blobs=BlobWriter(self._ctx, large_items) if large_items is not None else None,
+            producer_id=producer_id,
         )
         self._blob_reaper = BlobReaper(self._ctx, large_items) if large_items is not None else None
         self._cache: ChildrenCache | None = None

@@ -297,17 +297,20 @@ def send_creates(
     ephemeral: bool = False,
     sequence: bool = False,
     limit: int | None = None,
+    head: Sequence[Op] = (),
 ) -> PendingMulti:
     """ONE multi creating every ``(path, data)`` of ``items`` with the same ``acl`` and flags, sent without
     waiting: the queue's put path. The bytes on the wire are exactly those of
-    ``send_multi(client, [CreateOp(path, data, acl, ephemeral, sequence) ...])``, built with each distinct
-    path's and the ACL's serialization done once per call instead of once per item.
+    ``send_multi(client, [*head, CreateOp(path, data, acl, ephemeral, sequence) ...])``, built with each distinct
+    path's and the ACL's serialization done once per call instead of once per item. ``head`` ops (e.g. a put
+    marker's update) come first, and their results lead the reply's.
     """
     CreateOp("/", b"", acl, ephemeral, sequence)  # a CreateOp's argument checks, even when there are no items
     if not items:
         return _no_ops()
+    head = _check_ops(head)
     parts: dict[str, tuple[bytes, bytes]] = {}  # path -> (op header + path, ACL + flags)
-    body = bytearray()
+    body = bytearray(multi_body(client, head)[: -len(_MULTI_END)]) if head else bytearray()
     for path, data in items:
         known = parts.get(path)
         if known is None:
@@ -318,4 +321,4 @@ def send_creates(
         body += _buffer(data)
         body += known[1]
     body += _MULTI_END
-    return _send_body(client, bytes(body), len(items), limit, f"multi request of {len(items)} creates")
+    return _send_body(client, bytes(body), len(head) + len(items), limit, f"multi request of {len(items)} creates")

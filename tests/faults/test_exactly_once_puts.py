@@ -1,0 +1,104 @@
+"""Exactly-once puts through leader kills on the 3-node ensemble: a put whose reply is lost learns from its
+producer marker whether it committed, is sent again only when it did not, and never raises for the connection.
+
+Foreground puts from 4 threads and background puts from a second queue instance run through two leader kills;
+afterwards every put returned True, and every item is stored exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from faultrun import FAULTS  # type: ignore[import-not-found]
+
+from zkqueue import QueueBuilder, StrSerializer
+from zkqueue.formats import framing
+from zkqueue.server.testing import fresh_chroot, make_client, wait_for
+
+pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(600)]
+
+FOREGROUND_THREADS = 4
+PER_THREAD = 750
+BACKGROUND = 3000
+
+
+class _Run:
+    def __init__(self, ensemble) -> None:  # noqa: ANN001
+        self.ensemble = ensemble
+
+
+def _stored(client, path: str) -> Counter:
+    counts: Counter = Counter()
+    for name in client.get_children(path):
+        data, _stat = client.get(f"{path}/{name}")
+        for payload in framing.decode_items(data):
+            counts[payload.decode()] += 1
+    return counts
+
+
+def test_puts_through_two_leader_kills_are_stored_exactly_once(ensemble, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="zkqueue.engine.put_markers")
+    hosts = fresh_chroot(ensemble.connect_string, "/exactly-once-")
+    client = make_client(hosts, timeout=10.0)
+    fg = QueueBuilder.builder(client, None, StrSerializer(), "/q").put_in_background(False).build_queue()
+    bg = QueueBuilder.builder(client, None, StrSerializer(), "/q").producer_id("bg-producer").build_queue()
+    results: dict[int, list] = {t: [] for t in range(FOREGROUND_THREADS)}
+    errors: list[BaseException] = []
+    failed: list = []
+    bg.put_listeners.add(type("L", (), {"put_completed": lambda self, i: None,
+                                        "put_multi_completed": lambda self, i: None,
+                                        "put_failed": lambda self, i, e: failed.append((i, e))})())
+    stop = threading.Event()
+
+    def foreground(t: int) -> None:
+        try:
+            for i in range(PER_THREAD):
+                results[t].append(fg.put(f"fg-{t}-{i}"))
+                time.sleep(0.01)
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    def background() -> None:
+        for i in range(BACKGROUND):
+            bg.put(f"bg-{i}")
+            if i % 20 == 19:
+                time.sleep(0.05)
+            if stop.is_set():
+                return
+
+    try:
+        fg.start()
+        bg.start()
+        threads = [threading.Thread(target=foreground, args=(t,)) for t in range(FOREGROUND_THREADS)]
+        threads.append(threading.Thread(target=background))
+        for thread in threads:
+            thread.start()
+        for done in (FOREGROUND_THREADS * PER_THREAD // 4, FOREGROUND_THREADS * PER_THREAD // 2):
+            wait_for(lambda: sum(len(r) for r in results.values()) >= done or errors, timeout=120, interval=0.05)
+            FAULTS["leader_kill"](_Run(ensemble))
+        for thread in threads:
+            thread.join(300)
+        assert bg.flush_puts(120)
+    finally:
+        stop.set()
+        fg.close()
+        bg.close()
+    try:
+        assert errors == [], errors  # no put raised
+        assert failed == [], failed[:5]
+        assert all(r == [True] * PER_THREAD for r in results.values())
+        stored = _stored(client, "/q")
+        expected = {f"fg-{t}-{i}" for t in range(FOREGROUND_THREADS) for i in range(PER_THREAD)}
+        expected |= {f"bg-{i}" for i in range(BACKGROUND)}
+        assert set(stored) == expected  # nothing lost
+        assert [k for k, n in stored.items() if n > 1] == []  # nothing twice
+        settled = [r.getMessage() for r in caplog.records if "reply lost" in r.getMessage()]
+        print(f"lost replies settled by the marker: {len(settled)}: {settled[:4]}")
+    finally:
+        client.stop()
+        client.close()

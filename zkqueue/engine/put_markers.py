@@ -1,0 +1,286 @@
+"""Exactly-once puts: a marker node per producer lane that every put multi advances, so that a put whose reply
+was lost learns whether it committed, and is never written twice.
+
+Layout, beside the queue node (consumers and Curator never list it)::
+
+    <queue>-producers/<producer id>.<lane>     data: the lane's last committed batch number, in ASCII
+
+Every put multi of a lane starts with ``setData(marker, b"<n>", version=v)``: the items and the new number commit
+together or not at all, and batches sent back to back carry versions ``v``, ``v + 1``, ... so the batches of a lane
+that committed are always a prefix of those sent. After a connection loss, :meth:`MarkerLane.committed` syncs and
+reads the marker: batch ``n`` committed exactly when the stored number is ``n`` or more. (ZooKeeper applies a
+session's requests in order, and requests sent on a connection the session has left are refused, so nothing sent
+before the read can commit after it.) A batch that did not commit is sent again with a new ticket.
+
+A lane is used by one thread at a time (the put thread; the group commit's leader; a bounded put). Markers of
+producers gone for ``grace`` seconds are deleted by :func:`reclaim`, which lists the (small) markers folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from zkqueue.engine.commit import CONNECTION_ERRORS
+from zkqueue.errors import ConfigurationError, PutOutcomeUnknown
+from zkqueue.formats import naming
+from zkqueue.transport.multi import MultiResult
+from zkqueue.transport.ops import SetDataOp
+
+log = logging.getLogger("zkqueue.engine.put_markers")
+
+MARKERS_SUFFIX = "-producers"
+#: Markers untouched this long (seconds) belong to producers that are gone.
+DEFAULT_GRACE = 24 * 3600.0
+#: How often one process lists a queue's markers folder to reclaim old markers (seconds).
+RECLAIM_INTERVAL = 600.0
+_last_reclaim: dict[str, float] = {}
+_reclaim_lock = threading.Lock()
+
+
+def markers_path(queue_path: str) -> str:
+    return queue_path + MARKERS_SUFFIX
+
+
+def new_producer_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def check_producer_id(producer_id: str) -> str:
+    if not producer_id or "/" in producer_id or "." in producer_id or len(producer_id) > 200:
+        raise ConfigurationError(
+            f"producer_id {producer_id!r}: expected a non-empty name without '/' or '.' (at most 200 characters)")
+    return producer_id
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One batch's place in its lane: the op that advances the marker, and the batch's number."""
+
+    op: SetDataOp
+    number: int
+
+    @property
+    def marker(self) -> str:
+        return self.op.path
+
+
+class MarkerLane:
+    """The marker of one producer lane of one queue, and the lane's tickets still outstanding.
+
+    A ticket's fate is judged once: by its reply, or, when the reply was lost, by :meth:`settle`, which judges every
+    outstanding ticket from one read. When a batch fails (or did not commit), the tickets sent after it cannot
+    commit either (their versions no longer match): :meth:`broken` records that before anything is sent again, so
+    a later, higher number on the marker is never mistaken for one of theirs."""
+
+    def __init__(self, client: Any, queue_path: str, producer_id: str, lane: str, acl: Any = None) -> None:
+        self._client = client
+        self._acl = acl
+        self.path = naming.join(markers_path(queue_path), f"{check_producer_id(producer_id)}.{lane}")
+        self._lock = threading.Lock()
+        self._number = 0  # the last number handed out (numbers never repeat within this lane object)
+        self._version: int | None = None  # the version the next ticket expects (None: read the marker first)
+        self._outstanding: dict[int, bool | None] = {}  # ticket number -> fate (None: not known yet)
+
+    def ticket(self) -> Ticket:
+        """The next batch's ticket (reads the marker first after a reset, creating it if needed)."""
+        with self._lock:
+            if self._version is None:
+                self._load()
+            assert self._version is not None
+            self._number += 1
+            op = SetDataOp(self.path, str(self._number).encode(), self._version)
+            self._version += 1
+            self._outstanding[self._number] = None
+            return Ticket(op, self._number)
+
+    def _load(self) -> None:
+        while True:
+            try:
+                data, stat = self._client.get(self.path)
+            except NoNodeError:
+                try:
+                    self._client.create(self.path, b"0", acl=self._acl, makepath=True)
+                except NodeExistsError:
+                    pass
+                continue
+            self._number = max(self._number, _number_of(data))
+            self._version = stat.version
+            return
+
+    def finished(self, ticket: Ticket) -> None:
+        """``ticket``'s batch committed (its reply said so, or :meth:`settle` found it)."""
+        with self._lock:
+            self._outstanding.pop(ticket.number, None)
+
+    def broken(self, ticket: Ticket) -> None:
+        """``ticket``'s batch did not commit: neither can any ticket sent after it; read the marker again."""
+        with self._lock:
+            self._outstanding.pop(ticket.number, None)
+            for number, fate in self._outstanding.items():
+                if number > ticket.number and fate is None:
+                    self._outstanding[number] = False
+            self._version = None
+
+    def fate(self, ticket: Ticket) -> bool | None:
+        with self._lock:
+            return self._outstanding.get(ticket.number)
+
+    def settle(self) -> None:
+        """Judge every outstanding ticket from one read of the marker (call once connected again): sent before the
+        read, each has committed or never will. Raises the connection error when ZooKeeper cannot be read."""
+        self._client.sync(self.path)
+        try:
+            data, _stat = self._client.get(self.path)
+            reached = _number_of(data)
+        except NoNodeError:
+            reached = 0  # a marker is reclaimed only after ``grace`` seconds without a put: none was in flight
+        with self._lock:
+            for number, fate in self._outstanding.items():
+                if fate is None:
+                    self._outstanding[number] = number <= reached
+            self._version = None
+
+
+def _number_of(data: bytes | None) -> int:
+    try:
+        return int(data or b"0")
+    except ValueError:
+        log.error("put marker holds %r, not a batch number; counting from 0", data[:40] if data else data)
+        return 0
+
+
+class _Raised:
+    """A pending reply that is an error already (the send itself failed)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self._exc = exc
+
+    def result(self, timeout: float | None = None) -> Any:
+        raise self._exc
+
+
+#: Sends of one batch before giving up on a marker that keeps refusing (another process with the same producer id).
+_ATTEMPTS = 8
+
+
+class MarkedBatch:
+    """One batch of puts sent with its lane's ticket. :meth:`result` is the batch's definitive outcome: a lost
+    reply is settled through the marker, and the batch is sent again only when it surely did not commit.
+
+    ``send(head)`` sends the batch as one multi led by the ``head`` ops and returns its pending reply; ``count`` is
+    the batch's op count without the head. ``wait`` bounds how long a lost reply waits for ZooKeeper before
+    :class:`PutOutcomeUnknown`."""
+
+    def __init__(self, lane: MarkerLane, send: Callable[[list[Any]], Any], count: int, connection: Any,
+                 wait: float, what: str) -> None:
+        self._lane = lane
+        self._send = send
+        self._count = count
+        self._connection = connection
+        self._wait = wait
+        self._what = what
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        self._ticket = ticket = self._lane.ticket()
+        try:
+            self._pending = self._send([ticket.op])
+        except CONNECTION_ERRORS as exc:
+            self._pending = _Raised(exc)  # maybe sent, maybe not: settled like a lost reply
+        except BaseException:
+            self._lane.broken(ticket)
+            raise
+
+    def result(self) -> MultiResult:
+        """The batch's outcome without the marker op: ok (created paths; None for each when a lost reply was
+        settled as committed), or the failure of one of its own ops. Raises :class:`PutOutcomeUnknown`."""
+        for _attempt in range(_ATTEMPTS):
+            ticket = self._ticket
+            try:
+                res = self._pending.result()
+            except CONNECTION_ERRORS as exc:
+                if self._committed_after_loss(ticket, exc):
+                    self._lane.finished(ticket)
+                    return MultiResult(True, [None] * self._count)
+                self._dispatch()
+                continue
+            if res.ok:
+                self._lane.finished(ticket)
+                return MultiResult(True, res.results[1:])
+            self._lane.broken(ticket)
+            if res.failed_index == 0:  # the marker moved (a batch before this one failed) or was reclaimed
+                self._dispatch()
+                continue
+            index = None if res.failed_index is None else res.failed_index - 1
+            return MultiResult(False, res.results[1:], index, res.failure)
+        raise PutOutcomeUnknown(f"{self._what}: marker {self._lane.path} kept refusing {_ATTEMPTS} sends (is "
+                                "another producer running with the same producer_id?); nothing was stored",
+                                self._lane.path, self._ticket.number)
+
+    def _committed_after_loss(self, ticket: Ticket, exc: BaseException) -> bool:
+        fate = self._lane.fate(ticket)
+        deadline = time.monotonic() + self._wait
+        while fate is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._connection.wait(remaining):
+                raise PutOutcomeUnknown(
+                    f"{self._what}: the reply was lost ({exc!r}) and ZooKeeper was not reachable within "
+                    f"{self._wait:.0f} s; it committed if marker {self._lane.path} reaches {ticket.number}",
+                    self._lane.path, ticket.number) from exc
+            try:
+                self._lane.settle()
+            except CONNECTION_ERRORS:
+                continue  # lost again: wait for the next connection
+            fate = self._lane.fate(ticket)
+            log.warning("%s: reply lost (%r); marker %s says it %s", self._what, exc, self._lane.path,
+                        "committed" if fate else "did not commit: sending it again")
+        return fate
+
+
+def put_committed(client: Any, marker: str, batch: int) -> bool:
+    """Whether the put that raised :class:`PutOutcomeUnknown` (``marker``, ``batch``) committed."""
+    client.sync(marker)
+    try:
+        data, _stat = client.get(marker)
+    except NoNodeError:
+        return False
+    return _number_of(data) >= batch
+
+
+def reclaim(client: Any, queue_path: str, grace: float = DEFAULT_GRACE, *, own: set[str] = frozenset()) -> int:
+    """Delete markers of ``queue_path`` untouched for ``grace`` seconds (except ``own``); at most once per
+    :data:`RECLAIM_INTERVAL` per queue and process. Returns how many were deleted."""
+    folder = markers_path(queue_path)
+    now = time.monotonic()
+    with _reclaim_lock:
+        if now - _last_reclaim.get(folder, -RECLAIM_INTERVAL) < RECLAIM_INTERVAL:
+            return 0
+        _last_reclaim[folder] = now
+    try:
+        names = client.get_children(folder)
+    except NoNodeError:
+        return 0
+    cutoff_ms = (time.time() - grace) * 1000
+    deleted = 0
+    for name in names:
+        path = naming.join(folder, name)
+        if path in own:
+            continue
+        stat = client.exists(path)
+        if stat is None or stat.mtime > cutoff_ms:
+            continue
+        try:
+            client.delete(path, version=stat.version)  # untouched since we looked
+            deleted += 1
+        except Exception:  # noqa: BLE001 - garbage collection only: a marker in use again, or gone already
+            log.debug("could not reclaim put marker %s", path, exc_info=True)
+    if deleted:
+        log.info("reclaimed %d put marker(s) of producers gone for %.0f s under %s", deleted, grace, folder)
+    return deleted
