@@ -10,11 +10,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.exceptions import NoAuthError
 
 from zkqueue.engine.leases import held_items
 from zkqueue.errors import QueuePermissionError
 from zkqueue.formats import naming
+from zkqueue.ops.inspect import children
 
 log = logging.getLogger("zkqueue.ops.depth")
 
@@ -65,15 +66,6 @@ def _num_children(client: KazooClient, path: str) -> int | None:
     return None if stat is None else stat.numChildren
 
 
-def _children(client: KazooClient, path: str) -> list[str]:
-    try:
-        return client.get_children(path)
-    except NoNodeError:
-        return []
-    except NoAuthError as exc:
-        raise QueuePermissionError(f"not allowed to list {path}: check auth and ACLs") from exc
-
-
 def kind_of(client: KazooClient, path: str) -> str | None:
     """``"jobs"``, ``"flow"`` or ``"queue"`` for the node at ``path`` (by its layout), None if it does not exist.
     A node with many children is taken for a queue without listing them."""
@@ -82,7 +74,7 @@ def kind_of(client: KazooClient, path: str) -> str | None:
         return None
     if count > 64:
         return "queue"
-    names = set(_children(client, path))
+    names = set(children(client, path))
     if set(JOB_PARTS) <= names:
         return "jobs"
     if set(FLOW_PARTS) <= names:
@@ -106,7 +98,7 @@ def find_queues(client: KazooClient, root: str, max_depth: int = 3) -> list[tupl
         if kind in ("jobs", "flow"):
             found.append((path, kind))
             continue
-        names = _children(client, path) if count <= 64 else []
+        names = children(client, path) if count <= 64 else []
         if path != root and (count > 64 or not names or any(naming.is_item_name(n) for n in names)):
             found.append((path, "queue"))
         elif depth < max_depth:
@@ -116,10 +108,10 @@ def find_queues(client: KazooClient, root: str, max_depth: int = 3) -> list[tupl
 
 def _held(client: KazooClient, queue_path: str, lock_path: str, count: int) -> tuple[int, int, bool, list[str]]:
     """(in flight, consumers, exact, item names if listed) of a queue."""
-    locks = _children(client, lock_path)
+    locks = children(client, lock_path)
     fences = sum(1 for n in locks if naming.is_fence_name(n, queue_path))
     if count <= LIST_LIMIT:
-        items = [n for n in _children(client, queue_path)]
+        items = [n for n in children(client, queue_path)]
         return len(held_items(items, locks, queue_path)), fences, True, items
     return len(locks) - fences, fences, False, []
 
@@ -147,7 +139,7 @@ def job_depth(client: KazooClient, path: str) -> Depth:
     in_flight, consumers, exact, items = _held(client, paths.queue, paths.locks, count)
     retrying = None
     if exact:
-        held = held_items(items, _children(client, paths.locks), paths.queue)
+        held = held_items(items, children(client, paths.locks), paths.queue)
         retrying = sum(1 for n in items if n not in held and (p := names.parse_item(n)) is not None
                        and p.kind == names.RETRY)
     return Depth(path=paths.root, kind="jobs", items=count, pending=count - in_flight - (retrying or 0),
@@ -162,7 +154,7 @@ def flow_depth(client: KazooClient, path: str) -> list[Depth]:
     root = naming.validate_queue_path(path)
     steps = naming.join(root, "steps")
     out = [Depth(path=root, kind="flow", jobs=_num_children(client, naming.join(root, "flows")) or 0)]
-    out.extend(job_depth(client, naming.join(steps, name)) for name in sorted(_children(client, steps)))
+    out.extend(job_depth(client, naming.join(steps, name)) for name in sorted(children(client, steps)))
     return out
 
 

@@ -14,7 +14,8 @@ from zkqueue.errors import QueuePermissionError
 log = logging.getLogger("zkqueue.ops.inspect")
 
 
-def _children(client: KazooClient, path: str) -> list[str]:
+def children(client: KazooClient, path: str) -> list[str]:
+    """The children of ``path`` ([] if it does not exist); a refusal is a QueuePermissionError."""
     try:
         return client.get_children(path)
     except NoNodeError:
@@ -35,19 +36,19 @@ def queue_counts(
     (live lock-safe consumers, by their session fences). Lock nodes of either naming style are matched to this
     queue's items, so a lock path shared with other queues is counted correctly. Reads two listings, never items."""
     queue_path = naming.validate_queue_path(queue_path)
-    names = _children(client, queue_path)
+    names = children(client, queue_path)
     items = {n for n in names if naming.is_item_name(n)}
     locked = 0
     consumers = 0
     if lock_path:
-        lock_names = _children(client, naming.validate_path(lock_path))
+        lock_names = children(client, naming.validate_path(lock_path))
         consumers = sum(1 for n in lock_names if naming.is_fence_name(n, queue_path))
         locked = len(held_items(items, lock_names, queue_path))
     quarantine = naming.validate_path(quarantine_path or queue_path + "-quarantine")
     return {
         "pending": len(items) - locked,
         "locked": locked,
-        "quarantined": len(_children(client, quarantine)),
+        "quarantined": len(children(client, quarantine)),
         "foreign": len(names) - len(items),
         "consumers": consumers,
     }

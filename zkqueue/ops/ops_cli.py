@@ -66,6 +66,7 @@ def register(main: click.Group, connect_option: Any) -> None:
     """Add the operations commands to the ``zkqueue`` command."""
     from zkqueue.ops.items import SERIALIZERS  # noqa: PLC0415
 
+    yes_option = click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
     serializer_option = click.option("--serializer", type=click.Choice(sorted(SERIALIZERS)), default="str",
                                       show_default=True, help="How to decode items.")
 
@@ -89,7 +90,7 @@ def register(main: click.Group, connect_option: Any) -> None:
     @main.command()
     @connect_option
     @click.argument("path")
-    @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+    @yes_option
     def purge(connect: str, auth: str | None, acl: str | None, path: str, yes: bool) -> None:
         """Delete every item of the queue at PATH (batched multis, with a progress bar)."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
@@ -146,7 +147,7 @@ def register(main: click.Group, connect_option: Any) -> None:
     @quarantine.command("purge")
     @connect_option
     @click.argument("path")
-    @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+    @yes_option
     def quarantine_purge(connect: str, auth: str | None, acl: str | None, path: str, yes: bool) -> None:
         """Delete every quarantined node of the queue at PATH."""
         from zkqueue.ops.items import purge_quarantine  # noqa: PLC0415

@@ -104,35 +104,29 @@ def _after(path: str, message: str) -> Any:
     return redirect(url_for("zkq.queue", path=path))
 
 
-@views.route("/action/retry", methods=["POST"])
-def retry() -> Any:
+def _act(what: str, run: Any, done: str) -> Any:
+    """Run one action on the queue at the form's path and tell the outcome on its page."""
     _action_allowed()
     path = _path()
-    job_id = request.form.get("job_id")
     try:
-        n = _data().retry_dead(path, [job_id] if job_id else None)
+        n = run(path)
     except (ZkQueueError, KazooException) as exc:
-        return _after(path, f"retry failed: {exc}")
-    return _after(path, f"requeued {n} dead job(s)")
+        return _after(path, f"{what} failed: {exc!r}")
+    return _after(path, done.format(n=n))
+
+
+@views.route("/action/retry", methods=["POST"])
+def retry() -> Any:
+    job_id = request.form.get("job_id")
+    return _act("retry", lambda path: _data().retry_dead(path, [job_id] if job_id else None),
+                "requeued {n} dead job(s)")
 
 
 @views.route("/action/purge-dead", methods=["POST"])
 def purge_dead() -> Any:
-    _action_allowed()
-    path = _path()
-    try:
-        n = _data().purge_dead(path)
-    except (ZkQueueError, KazooException) as exc:
-        return _after(path, f"purge failed: {exc}")
-    return _after(path, f"purged {n} dead job(s)")
+    return _act("purge", _data().purge_dead, "purged {n} dead job(s)")
 
 
 @views.route("/action/redrive", methods=["POST"])
 def redrive() -> Any:
-    _action_allowed()
-    path = _path()
-    try:
-        n = _data().redrive(path)
-    except (ZkQueueError, KazooException) as exc:
-        return _after(path, f"redrive failed: {exc}")
-    return _after(path, f"redrove {n} quarantined node(s)")
+    return _act("redrive", _data().redrive, "redrove {n} quarantined node(s)")
