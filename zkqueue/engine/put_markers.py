@@ -30,13 +30,15 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.errors import ConfigurationError, PutOutcomeUnknown
 from zkqueue.formats import naming
+from zkqueue.transport import protocol
 from zkqueue.transport.multi import MultiResult
 from zkqueue.transport.ops import SetDataOp
 
 log = logging.getLogger("zkqueue.engine.put_markers")
 
 MARKERS_SUFFIX = "-producers"
-#: Markers untouched this long (seconds) belong to producers that are gone.
+#: Markers untouched this long (seconds) belong to producers that are gone (a restarted producer can answer a
+#: PutOutcomeUnknown within this time).
 DEFAULT_GRACE = 24 * 3600.0
 #: How often one process lists a queue's markers folder to reclaim old markers (seconds).
 RECLAIM_INTERVAL = 600.0
@@ -82,6 +84,7 @@ class MarkerLane:
     def __init__(self, client: Any, queue_path: str, producer_id: str, lane: str, acl: Any = None) -> None:
         self._client = client
         self._acl = acl
+        self._queue_path = queue_path
         self.path = naming.join(markers_path(queue_path), f"{check_producer_id(producer_id)}.{lane}")
         self._lock = threading.Lock()
         self._number = 0  # the last number handed out (numbers never repeat within this lane object)
@@ -112,7 +115,11 @@ class MarkerLane:
                 continue
             self._number = max(self._number, _number_of(data))
             self._version = stat.version
-            return
+            break
+        try:
+            _reclaim_now_and_then(self._client, self._queue_path, frozenset({self.path}))
+        except Exception:  # noqa: BLE001 - garbage collection only
+            log.debug("could not reclaim old put markers of %s", self._queue_path, exc_info=True)
 
     def finished(self, ticket: Ticket) -> None:
         """``ticket``'s batch committed (its reply said so, or :meth:`settle` found it)."""
@@ -254,33 +261,31 @@ def put_committed(client: Any, marker: str, batch: int) -> bool:
     return _number_of(data) >= batch
 
 
-def reclaim(client: Any, queue_path: str, grace: float = DEFAULT_GRACE, *, own: set[str] = frozenset()) -> int:
-    """Delete markers of ``queue_path`` untouched for ``grace`` seconds (except ``own``); at most once per
-    :data:`RECLAIM_INTERVAL` per queue and process. Returns how many were deleted."""
+def reclaim(client: Any, queue_path: str, grace: float = DEFAULT_GRACE, *, own: frozenset[str] = frozenset()) -> int:
+    """Delete markers of ``queue_path`` untouched for ``grace`` seconds (except ``own``), with one listing and
+    pipelined reads and deletes. Returns how many were deleted. A producer whose marker was reclaimed while idle
+    creates it again at its next put."""
     folder = markers_path(queue_path)
-    now = time.monotonic()
-    with _reclaim_lock:
-        if now - _last_reclaim.get(folder, -RECLAIM_INTERVAL) < RECLAIM_INTERVAL:
-            return 0
-        _last_reclaim[folder] = now
     try:
-        names = client.get_children(folder)
+        paths = [naming.join(folder, n) for n in client.get_children(folder)]
     except NoNodeError:
         return 0
+    paths = [p for p in paths if p not in own]
     cutoff_ms = (time.time() - grace) * 1000
-    deleted = 0
-    for name in names:
-        path = naming.join(folder, name)
-        if path in own:
-            continue
-        stat = client.exists(path)
-        if stat is None or stat.mtime > cutoff_ms:
-            continue
-        try:
-            client.delete(path, version=stat.version)  # untouched since we looked
-            deleted += 1
-        except Exception:  # noqa: BLE001 - garbage collection only: a marker in use again, or gone already
-            log.debug("could not reclaim put marker %s", path, exc_info=True)
+    old = [(path, res[1].version) for path, res in zip(paths, protocol.multi_read(client, paths) if paths else [])
+           if not isinstance(res, BaseException) and res[1].mtime <= cutoff_ms]
+    # version-checked: a marker used again since the read stays
+    deleted = sum(1 for res in protocol.delete_many(client, old) if res is True) if old else 0
     if deleted:
         log.info("reclaimed %d put marker(s) of producers gone for %.0f s under %s", deleted, grace, folder)
     return deleted
+
+
+def _reclaim_now_and_then(client: Any, queue_path: str, own: frozenset[str]) -> None:
+    """:func:`reclaim`, at most once per :data:`RECLAIM_INTERVAL` per queue and process (when a lane loads)."""
+    now = time.monotonic()
+    with _reclaim_lock:
+        if now - _last_reclaim.get(queue_path, -RECLAIM_INTERVAL) < RECLAIM_INTERVAL:
+            return
+        _last_reclaim[queue_path] = now
+    reclaim(client, queue_path, own=own)

@@ -1,0 +1,79 @@
+"""Exactly-once puts on a real ZooKeeper: the producer markers every put multi advances, a restarted producer
+with the same id, reclaiming the markers of producers that are gone, and a marker reclaimed under an idle
+producer."""
+
+from __future__ import annotations
+
+import pytest
+
+from zkqueue import QueueBuilder, StrSerializer
+from zkqueue.engine.put_markers import put_committed, reclaim
+from zkqueue.errors import ConfigurationError
+from zkqueue.formats import framing
+
+
+def queue(client, path: str, *, background: bool = False, producer_id: str | None = None):
+    builder = QueueBuilder.builder(client, None, StrSerializer(), path).put_in_background(background)
+    if producer_id is not None:
+        builder = builder.producer_id(producer_id)
+    return builder.build_queue()
+
+
+def items(client, path: str) -> list[str]:
+    return sorted(p.decode() for n in client.get_children(path)
+                  for p in framing.decode_items(client.get(f"{path}/{n}")[0]))
+
+
+def test_every_put_advances_its_lane_marker_and_the_queue_holds_only_items(zk_client) -> None:
+    with queue(zk_client, "/pm/a", producer_id="svc-1") as fg:
+        for i in range(5):
+            assert fg.put(f"f{i}") is True
+        fg.put_multi(["m1", "m2"])
+    with queue(zk_client, "/pm/a", background=True, producer_id="svc-1") as bg:
+        for i in range(50):
+            bg.put(f"b{i}")
+        assert bg.flush_puts(30)
+    assert sorted(zk_client.get_children("/pm/a-producers")) == ["svc-1.bg", "svc-1.fg"]
+    assert zk_client.get("/pm/a-producers/svc-1.fg")[0] == b"6"  # 5 puts and 1 put_multi
+    assert 1 <= int(zk_client.get("/pm/a-producers/svc-1.bg")[0]) <= 50  # background puts go in batches
+    assert all(n.startswith("queue-") for n in zk_client.get_children("/pm/a"))  # Curator sees only items
+    assert items(zk_client, "/pm/a") == sorted([f"f{i}" for i in range(5)] + ["m1", "m2"] +
+                                               [f"b{i}" for i in range(50)])
+    assert put_committed(zk_client, "/pm/a-producers/svc-1.fg", 6)
+    assert not put_committed(zk_client, "/pm/a-producers/svc-1.fg", 7)
+    assert not put_committed(zk_client, "/pm/a-producers/nobody.fg", 1)
+
+
+def test_a_restarted_producer_continues_its_numbers(zk_client) -> None:
+    for run in range(3):
+        with queue(zk_client, "/pm/restart", producer_id="etl") as q:
+            q.put(f"run-{run}")
+        assert zk_client.get("/pm/restart-producers/etl.fg")[0] == str(run + 1).encode()
+    assert items(zk_client, "/pm/restart") == ["run-0", "run-1", "run-2"]
+
+
+def test_a_marker_reclaimed_under_an_idle_producer_is_created_again(zk_client) -> None:
+    with queue(zk_client, "/pm/idle", producer_id="idle") as q:
+        q.put("one")
+        zk_client.delete("/pm/idle-producers/idle.fg")  # as reclaim does after the grace period
+        assert q.put("two") is True
+        assert zk_client.exists("/pm/idle-producers/idle.fg") is not None
+    assert items(zk_client, "/pm/idle") == ["one", "two"]
+
+
+def test_reclaim_deletes_markers_untouched_for_the_grace_period_except_its_own(zk_client) -> None:
+    for pid in ("gone-1", "gone-2", "me"):
+        with queue(zk_client, "/pm/gc", producer_id=pid) as q:
+            q.put(pid)
+    own = frozenset({"/pm/gc-producers/me.fg"})
+    assert reclaim(zk_client, "/pm/gc", grace=3600.0, own=own) == 0  # all touched within the hour
+    assert sorted(zk_client.get_children("/pm/gc-producers")) == ["gone-1.fg", "gone-2.fg", "me.fg"]
+    assert reclaim(zk_client, "/pm/gc", grace=0.0, own=own) == 2
+    assert zk_client.get_children("/pm/gc-producers") == ["me.fg"]
+    assert reclaim(zk_client, "/pm/gc-other", grace=0.0) == 0  # no markers folder: nothing to do
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "a.b", "x" * 201])
+def test_bad_producer_ids_are_refused(zk_client, bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="producer_id"):
+        QueueBuilder.builder(zk_client, None, StrSerializer(), "/pm/bad").producer_id(bad)
