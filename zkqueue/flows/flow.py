@@ -138,8 +138,9 @@ class Flow:
             raise ConfigurationError("the flow has no steps")
         first = self.definition.step(step) if step is not None else next(iter(self.definition.steps.values()))
         created = model.now_ms()
-        for _ in range(20):
-            read = store.read(self.client, self.paths, job_id)
+        for attempt in range(20):
+            # The first try expects a new id (one round trip); after a failure it looks at what is there.
+            read = store.read(self.client, self.paths, job_id) if attempt > 0 else None
             if read is not None and read[0].state is FlowState.RUNNING:
                 if read[0].created_ms == created:
                     return job_id  # our own add, whose reply was lost
@@ -148,7 +149,8 @@ class Flow:
             rec = FlowRecord(job_id, FlowState.RUNNING, params, run, steps={first.name: model.QUEUED},
                              created_ms=created, updated_ms=created)
             ops = [store.write_op(self.paths, rec, read[1] if read is not None else None, self._acl)]
-            ops += store.queue_ops(self.client, [self.queue(first.name).paths], job_id, run, self._acl)
+            ops += store.queue_ops(self.client, [self.queue(first.name).paths], job_id, run, self._acl,
+                                   stale=attempt > 0)
             try:
                 result = protocol.run_multi(self.client, ops)
             except CONNECTION_ERRORS:
