@@ -335,8 +335,9 @@ def test_prune_keeps_what_a_registered_consumer_still_needs(zk_client) -> None:
     assert log.prune() == 0  # no registered consumer: nothing
     fast = ProgressConsumer(zk_client, jobs=log, progress_path="/progress/fast", worker=lambda i, j: None,
                             progress_interval=0.0)
+    gate = threading.Event()
     slow = ProgressConsumer(zk_client, jobs=log, progress_path="/progress/slow",
-                            worker=lambda i, j: time.sleep(3600) if i > 12 else None, max_processing=1,
+                            worker=lambda i, j: gate.wait(60) if i > 12 else None, max_processing=1,
                             max_search_ahead=1, progress_interval=0.0, progress_batch=1)
     with fast:
         assert fast.wait_processed(35, timeout=30)
@@ -350,8 +351,9 @@ def test_prune_keeps_what_a_registered_consumer_still_needs(zk_client) -> None:
             log.at(5)
         assert log.at(13) == b"job-13" and log.head() == 35 and log.append(b"more") == 36
     finally:
-        slow._stop.set()  # its job sleeps; do not wait for it
-        slow.stop(timeout=1)
+        slow._stop.set()  # stop before its held job returns: 13 stays unfinished
+        gate.set()
+        slow.stop()
     assert log.unregister_consumer("/progress/slow")
     assert log.prune() == 20  # buckets 1 and 2; the newest bucket (3) stays
 

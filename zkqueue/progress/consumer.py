@@ -294,12 +294,16 @@ class ProgressConsumer:
     def _report(self, exc: BaseException) -> None:
         self.last_error = exc
         self._count("errors")
-        for cb in list(self._error_cbs):
+        self._notify(self._error_cbs, "on_error", exc)
+
+    def _notify(self, callbacks: list[Callable[..., None]], what: str, *args: Any) -> None:
+        """Call each user callback; one that raises is logged and counted, the others still run."""
+        for cb in list(callbacks):
             try:
-                cb(exc)
+                cb(*args)
             except Exception:
                 self._count("callback_errors")
-                log.exception("on_error callback failed")
+                log.exception("%s callback of %s failed", what, self.progress_path)
 
     # ------------------------------------------------------------------------------------------------ coordinator
     def _main(self) -> None:
@@ -474,12 +478,7 @@ class ProgressConsumer:
         with self._cond:
             self._processed = index
             self._cond.notify_all()
-        for cb in list(self._progress_cbs):
-            try:
-                cb(index)
-            except Exception:
-                self._count("callback_errors")
-                log.exception("on_progress callback failed")
+        self._notify(self._progress_cbs, "on_progress", index)
 
     def _flush(self, window: Window, markers: set[int]) -> None:
         store = self._store
