@@ -75,9 +75,11 @@ class FaultRun:
         wait_for(lambda: all(self._has(n, "ready") for n in self.consumer_names()), timeout=DEADLINE,
                  interval=0.1, message="consumers did not start")
         for i in range(producers):
+            # even producers put in the foreground (each put acknowledged by its return), odd ones in the
+            # background (acknowledged by the put listener)
             self._spawn("producer", f"p{i}", {"hosts": self.hosts, "queue": QUEUE, "count": per_producer,
                                               "pause": producer_pause, "session_timeout": PRODUCER_SESSION,
-                                              "name": f"{scenario}-p{i}"})
+                                              "name": f"{scenario}-p{i}", "background": i % 2 == 1})
 
     # ---------------------------------------------------------------- processes
     def _journal(self, name: str) -> Path:

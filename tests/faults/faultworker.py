@@ -53,7 +53,27 @@ def _wait_connected(client: KazooClient, stop: threading.Event) -> None:
         time.sleep(0.05)
 
 
+class _PutJournal:
+    """A background producer's put listener: the put thread reports each put's outcome."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+
+    def put_completed(self, item: str) -> None:
+        self._journal.write("ack", id=item)
+
+    def put_multi_completed(self, items: list) -> None:
+        for item in items:
+            self._journal.write("ack", id=item)
+
+    def put_failed(self, item: str, exc: BaseException) -> None:
+        self._journal.write("uncertain", id=item, error=repr(exc)[:200])
+
+
 def produce(cfg: dict, journal: Journal, stop: threading.Event) -> None:
+    if cfg.get("background"):
+        produce_in_background(cfg, journal, stop)
+        return
     client = _client(cfg, journal, stop)
     queue = QueueBuilder.builder(client, None, StrSerializer(), cfg["queue"]).put_in_background(False).build_queue()
     queue.start()
@@ -72,6 +92,27 @@ def produce(cfg: dict, journal: Journal, stop: threading.Event) -> None:
         journal.write("ack", id=item)
         if pause:
             time.sleep(pause)
+    journal.write("done")
+    stop.set()
+    queue.close()
+    client.stop()
+    client.close()
+
+
+def produce_in_background(cfg: dict, journal: Journal, stop: threading.Event) -> None:
+    """Background puts: ``put`` queues the item; the put thread's listener journals the outcome."""
+    client = _client(cfg, journal, stop)
+    queue = QueueBuilder.builder(client, None, StrSerializer(), cfg["queue"]).build_queue()
+    queue.put_listeners.add(_PutJournal(journal))
+    queue.start()
+    journal.write("ready")
+    serial = 0
+    pause = cfg.get("pause", 0.0)
+    while serial < cfg["count"] and not stop.is_set():
+        queue.put(f"{cfg['name']}-{serial:06d}")
+        serial += 1
+        time.sleep(pause or 0.002)  # a steady stream, so that faults meet puts in flight
+    queue.flush_puts(120)
     journal.write("done")
     stop.set()
     queue.close()

@@ -1,6 +1,7 @@
 """Real faults on a real 3-node ensemble while 4 producer and 4 consumer processes run; exact accounting.
 
-Each scenario: consumers start, producers start (100 items each, every put acknowledged one by one), a fault
+Each scenario: consumers start, producers start (100 items each; two put in the foreground, two in the
+background), a fault
 strikes once a third of the items are acknowledged, the fault heals, a probe item measures how long the queue
 takes to deliver again (``recovery_s``), and the queue must drain with nothing lost. Nobody restarts a producer
 or a consumer: the queue recovers by itself. Figures: tests/faults/results/latest.json and the terminal summary.
@@ -18,6 +19,8 @@ from faultrun import FAULTS, FaultRun  # type: ignore[import-not-found]
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(600)]
 
 PER_PRODUCER = 100
+#: Faults in which no producer's session is lost: every put's outcome is known, and nothing is stored twice.
+EXACTLY_ONCE = {"leader_kill", "follower_kill", "rolling_restart", "proxy_cut", "quorum_loss"}
 
 
 @pytest.mark.parametrize(
@@ -33,6 +36,8 @@ def test_lock_safe_loses_nothing(ensemble, journal_dir, record_figures, fault) -
     record_figures(acc)
     acc.assert_ok()
     assert acc.acked >= 4 * PER_PRODUCER // 3
+    if fault in EXACTLY_ONCE:  # exactly-once puts: no put is uncertain, and no item comes twice
+        assert (acc.uncertain, acc.duplicates) == (0, 0), acc.figures()
     if fault == "proxy_cut":
         assert "c0" in acc.sessions_lost  # the cut really outlasted the session
     if fault == "consumer_kill":
