@@ -344,3 +344,22 @@ def test_cli_get_and_counts(zk_client, zk_hosts) -> None:
     assert "step two: queued=2 active=0 retrying=0" in lines
     missing = runner.invoke(main, ["flows", "get", "--connect", zk_hosts, PATH, "nope"])
     assert missing.exit_code == 1 and "no flow job" in missing.output
+
+
+def test_a_join_routed_around_still_runs_and_a_bad_result_fails_the_step(zk_client) -> None:
+    """Next skips one of the join's branches: once nothing else is queued the join runs with what there is (it
+    does not wait for ever). A result that is not JSON fails the step at once (not retried)."""
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("split", lambda job: Next(["a"], "only a"), next=["a", "b"])
+    flow.step("a", lambda job: "A")
+    flow.step("b", lambda job: "B")
+    flow.step("join", lambda job: sorted(job.results), after=["a", "b"])
+    flow.step("odd", lambda job: object())
+    with flow:
+        flow.add({}, job_id="around")
+        flow.add({}, job_id="odd", step="odd")
+        with flow.work():
+            job, odd = flow.wait("around", timeout=30), flow.wait("odd", timeout=30)
+    assert job.state is FlowState.COMPLETED and "b" not in job.steps
+    assert job.results == {"split": "only a", "a": "A", "join": ["a", "split"]}
+    assert odd.state is FlowState.FAILED and len(odd.errors) == 1 and "SerializationError" in odd.errors[0].error

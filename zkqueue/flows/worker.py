@@ -11,6 +11,7 @@ counted and followed by a growing pause.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import socket
@@ -20,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from zkqueue.errors import ConfigurationError, ZkQueueError
+from zkqueue.errors import ConfigurationError, SerializationError, ZkQueueError
 from zkqueue.flows import handoff, store
 from zkqueue.flows.definition import Ending, Step
 from zkqueue.flows.handoff import StepRef, step_errors
@@ -168,10 +169,15 @@ class FlowWorker:
                 for name in chosen:
                     flow.definition.step(name)  # raises ConfigurationError for an unknown step
                 value = value.result
+            changed = {k: v for k, v in job.data.items() if before.get(k, _MISSING) != v}
+            try:
+                json.dumps([value, changed])
+            except (TypeError, ValueError) as exc:
+                raise SerializationError(f"step {step.name} returned a result (or data) that is not JSON: "
+                                         f"{exc}") from exc
         except Exception as exc:
             self._failed(step, held, ref, exc, read)
             return
-        changed = {k: v for k, v in job.data.items() if before.get(k, _MISSING) != v}
         self._end(held, ref, Ending(ok=True, result=value, chosen=chosen, errors=step_errors(step.name, held.record),
                                     data=changed), read)
 
@@ -180,7 +186,7 @@ class FlowWorker:
         trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
         errors = record.failed(f"{type(exc).__name__}: {exc}", trace)
         policy = self._flow.retry_of(step)
-        if policy.retries(exc, record.attempts) and not isinstance(exc, ConfigurationError):
+        if policy.retries(exc, record.attempts) and not isinstance(exc, (ConfigurationError, SerializationError)):
             delay = policy.delay(record.attempts)
             log.warning("step %s of flow job %s failed (attempt %d of %d): %s: %s; again in %.1fs", step.name,
                         record.id, record.attempts, policy.max_attempts, type(exc).__name__, exc, delay)
