@@ -102,3 +102,36 @@ def test_puts_through_two_leader_kills_are_stored_exactly_once(ensemble, caplog)
     finally:
         client.stop()
         client.close()
+
+
+def test_job_adds_through_a_leader_kill_are_exactly_once(ensemble) -> None:
+    """JobQueue.add through a leader kill: every add returns its id (a lost reply that committed is not taken
+    for a duplicate id), and every job has one record and one queue item."""
+    from zkqueue.jobs import JobQueue
+
+    hosts = fresh_chroot(ensemble.connect_string, "/exactly-once-jobs-")
+    client = make_client(hosts, timeout=10.0)
+    returned: list = []
+    errors: list[BaseException] = []
+    try:
+        with JobQueue(client, "/jobs") as jq:
+            def add_all() -> None:
+                try:
+                    for i in range(1500):
+                        returned.append(jq.add({"n": i}, job_id=f"job-{i:05d}"))
+                        time.sleep(0.003)
+                except BaseException as exc:  # noqa: BLE001 - the test reports it
+                    errors.append(exc)
+
+            adder = threading.Thread(target=add_all)
+            adder.start()
+            wait_for(lambda: len(returned) >= 300 or errors, timeout=120, interval=0.05)
+            FAULTS["leader_kill"](_Run(ensemble))
+            adder.join(300)
+            assert errors == [], errors
+            assert returned == [f"job-{i:05d}" for i in range(1500)]  # none refused, none raised
+            assert jq.counts()["queued"] == 1500
+        assert len(client.get_children("/jobs/queue")) == 1500  # one item per job: nothing added twice
+    finally:
+        client.stop()
+        client.close()

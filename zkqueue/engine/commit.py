@@ -109,6 +109,25 @@ def fits_one_multi(ctx: QueueContext, ops: Sequence[Any]) -> bool:
     return len(ops) <= MAX_OPS_PER_MULTI and size <= ctx.jute_max_buffer - MULTI_SLACK
 
 
+def next_chunk(ctx: QueueContext, groups: Sequence[Sequence[Any]], pending: Sequence[int], budget: int,
+               ops: list[Any]) -> tuple[list[int], list[Any], list[tuple[int, int]]]:
+    """The groups at the head of ``pending`` that fit one multi after ``ops`` (at least one): their indexes, the
+    multi's ops (``ops`` extended) and, per added op, its (group, index in group)."""
+    chunk: list[int] = []
+    owner: list[tuple[int, int]] = []
+    size = 0
+    for g in pending:
+        g_size = sum(op_size(op, ctx.chroot_len) for op in groups[g])
+        if chunk and (size + g_size > budget or len(ops) + len(groups[g]) > MAX_OPS_PER_MULTI):
+            break
+        chunk.append(g)
+        for i, op in enumerate(groups[g]):
+            ops.append(op)
+            owner.append((g, i))
+        size += g_size
+    return chunk, ops, owner
+
+
 def commit_groups(
     ctx: QueueContext,
     groups: Sequence[Sequence[Any]],
@@ -133,19 +152,7 @@ def commit_groups(
         if failures >= 2 and len(pending) > 1:
             _commit_each(ctx, groups, pending, outcome, prefix, ambiguous)
             break
-        chunk: list[int] = []
-        ops: list[Any] = list(prefix)
-        owner: list[tuple[int, int]] = []
-        size = 0
-        for g in pending:
-            g_size = sum(op_size(op, ctx.chroot_len) for op in groups[g])
-            if chunk and (size + g_size > budget or len(ops) + len(groups[g]) > MAX_OPS_PER_MULTI):
-                break
-            chunk.append(g)
-            for i, op in enumerate(groups[g]):
-                ops.append(op)
-                owner.append((g, i))
-            size += g_size
+        chunk, ops, owner = next_chunk(ctx, groups, pending, budget, list(prefix))
         try:
             result = protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
         except CONNECTION_ERRORS:

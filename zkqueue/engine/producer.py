@@ -27,7 +27,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 from zkqueue.engine.blobs import BlobWriter
 from zkqueue.engine.children import ChildrenCache, Snapshot
-from zkqueue.engine.commit import CONNECTION_ERRORS, MAX_OPS_PER_MULTI, MULTI_SLACK, map_error, node_cost
+from zkqueue.engine.commit import (
+    CONNECTION_ERRORS,
+    MAX_OPS_PER_MULTI,
+    MULTI_SLACK,
+    GroupOutcome,
+    map_error,
+    next_chunk,
+    node_cost,
+)
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.group_commit import GroupCommit
 from zkqueue.engine.put_markers import MarkedBatch, MarkerLane, check_producer_id, new_producer_id
@@ -72,7 +80,7 @@ class Producer:
         #: Exactly-once puts: the put thread and the foreground puts each advance a marker lane of their own.
         self.producer_id = check_producer_id(producer_id) if producer_id is not None else new_producer_id()
         self._lanes = {lane: MarkerLane(ctx.client, ctx.queue_path, self.producer_id, lane, ctx.acl)
-                       for lane in ("bg", "fg")}
+                       for lane in ("bg", "fg", "groups")}
         self._settle_wait = settle_wait
         self._blobs = blobs
         self._serializer = serializer
@@ -265,6 +273,36 @@ class Producer:
 
         what = f"put of {len(reqs)} to {self._ctx.queue_path}" if len(reqs) > 1 else f"put to {self._ctx.queue_path}"
         return MarkedBatch(self._lanes[lane], send, len(reqs), self._ctx.connection, self._settle_wait, what)
+
+    def commit_groups(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:
+        """Commit each group of ops atomically, many per multi, exactly once: each multi leads with the
+        ``groups`` lane's marker, so a lost reply is settled instead of sent twice (a group whose multi was
+        settled as committed has ``None`` results). The seam for layers that put with their own ops (jobs)."""
+        outcome: list[GroupOutcome | None] = [None] * len(groups)
+        pending = list(range(len(groups)))
+        lane = self._lanes["groups"]
+        budget = self._ctx.jute_max_buffer - MULTI_SLACK - node_cost(lane.path, b"0" * 20, self._ctx.chroot_len)
+        while pending:
+            chunk, ops, owner = next_chunk(self._ctx, groups, pending, budget, [])
+
+            def send(head: list[Any], ops: list[Any] = ops) -> protocol.PendingMulti:
+                return protocol.send_multi(self._ctx.client, head + ops, limit=self._ctx.jute_max_buffer)
+
+            result = MarkedBatch(lane, send, len(ops), self._ctx.connection, self._settle_wait,
+                                 f"commit of {len(chunk)} group(s) to {self._ctx.queue_path}").result()
+            if result.ok:
+                offset = 0
+                for g in chunk:
+                    outcome[g] = GroupOutcome(True, result.results[offset : offset + len(groups[g])])
+                    offset += len(groups[g])
+                pending = pending[len(chunk):]
+                continue
+            if result.failed_index is None:
+                raise result.failure or QueueStateError(f"a multi on {self._ctx.queue_path} failed")
+            g, i = owner[result.failed_index]
+            outcome[g] = GroupOutcome(False, error=result.failure, op=i)
+            pending.remove(g)
+        return [o if o is not None else GroupOutcome(False) for o in outcome]
 
     def _take(self, waiting: deque[Any], batch: list[Any], req_of: Callable[[Any], PutRequest]) -> None:
         """Move puts from the head of ``waiting`` to ``batch`` while they fit one multi (op count and bytes, the

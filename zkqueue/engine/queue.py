@@ -552,6 +552,12 @@ class DistributedQueue(Generic[T]):
         self._check_started()
         return commit_groups(self._ctx, groups)
 
+    def commit_puts(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:
+        """:meth:`commit_groups` for groups that put (e.g. a job's record and item): exactly once through a lost
+        reply, by this queue's producer marker (see :mod:`zkqueue.engine.put_markers`)."""
+        self._check_started()
+        return self.producer.commit_groups(groups)
+
     # ------------------------------------------------------------------------------------------ removal
     def _remove_items(self, names: Sequence[str]) -> int:
         """Delete the item nodes ``names`` unless a consumer holds them; return how many were removed (the seam

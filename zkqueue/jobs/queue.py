@@ -162,7 +162,7 @@ class JobQueue:
             stale = self._finished_records([r.id for r in records])
             groups = [store.add_ops(self.paths, r, stale.get(r.id, []), self._acl) for r in records]
             again: list[Record] = []
-            for record, group, res in zip(records, groups, self._engine.commit_groups(groups)):
+            for record, group, res in zip(records, groups, self._engine.commit_puts(groups)):
                 if res.ok:
                     continue
                 if isinstance(res.error, NodeExistsError) and res.op == 0:
