@@ -20,6 +20,15 @@ PATH = "/flows/access"
 FAST = RetryPolicy(max_attempts=3, backoff=0.05, max_backoff=0.2, jitter=False)
 
 
+def raises(error: Exception):  # noqa: ANN201
+    """A handler that always fails with ``error``."""
+
+    def handler(job):  # noqa: ANN001, ANN202
+        raise error
+
+    return handler
+
+
 def done_once(job: FlowJob) -> dict[str, int]:
     """How many times each step is in the history as done."""
     out: dict[str, int] = {}
@@ -79,13 +88,9 @@ def test_fan_out_and_fan_in_run_the_join_once_with_every_result(zk_client) -> No
 
 def test_dead_branch_under_fail_ends_the_flow_job_and_cancels_queued_siblings(zk_client) -> None:
     ran: list[str] = []
-
-    def broken(job):  # noqa: ANN001, ANN202
-        raise RuntimeError("discord is down")
-
     flow = Flow(zk_client, PATH, retry=FAST)
     flow.step("update", lambda job: 1, next=["discord", "telegram"])
-    flow.step("discord", broken, retry=RetryPolicy(max_attempts=2, backoff=0.05, jitter=False))
+    flow.step("discord", raises(RuntimeError("discord is down")), retry=RetryPolicy(max_attempts=2, backoff=0.05, jitter=False))
     flow.step("telegram", lambda job: ran.append("telegram"))
     flow.step("notify", lambda job: ran.append("notify"), after=["discord", "telegram"])
     with flow:
@@ -105,14 +110,10 @@ def test_dead_branch_under_fail_ends_the_flow_job_and_cancels_queued_siblings(zk
 
 def test_dead_branch_under_continue_still_runs_the_join(zk_client) -> None:
     seen: list[FlowJob] = []
-
-    def broken(job):  # noqa: ANN001, ANN202
-        raise ValueError("no telegram account")
-
     flow = Flow(zk_client, PATH, retry=FAST)
     flow.step("update", lambda job: 1, next=["discord", "telegram"])
     flow.step("discord", lambda job: "granted")
-    flow.step("telegram", broken, retry=RetryPolicy(max_attempts=1))
+    flow.step("telegram", raises(ValueError("no telegram account")), retry=RetryPolicy(max_attempts=1))
     flow.step("notify", lambda job: seen.append(job) or sorted(e.step for e in job.errors),
               after=["discord", "telegram"], on_failure="continue")
     with flow:
