@@ -135,7 +135,7 @@ def test_max_items_timeout_fails_the_write(spark, zk_hosts, zk_client):
         ({"zkHosts": "HOSTS", "kind": "id"}, "needs column 'id'"),
         ({"zkHosts": "HOSTS", "valueColumn": "n"}, "valueColumn 'n' is"),
         ({"zkHosts": "HOSTS", "itemsPerNode": "0"}, "itemspernode"),
-        ({"zkHosts": "HOSTS", "dedupeKey": "k"}, "dedupeKey needs dedupe"),
+        ({"zkHosts": "HOSTS", "dedupe": "false", "dedupeKey": "k"}, "dedupeKey needs dedupe"),
         ({"zkHosts": "HOSTS", "serializer": "pickle"}, "option serializer"),
     ],
 )

@@ -18,6 +18,7 @@ Needs ``pip install zkqueue[spark]`` (pyspark >= 4.0 and pyarrow). Worker proces
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -73,7 +74,8 @@ def put_partition(
 
     For ``df.foreachPartition`` and ``foreachBatch`` users. ``options`` are the sink's options in either
     spelling (``kind="id", id_column="job"`` or ``idColumn="job"``). ``partition`` defaults to the running
-    task's partition id (0 outside Spark). With ``dedupe=True`` a ``dedupe_key`` is required: the scope is
+    task's partition id (0 outside Spark). Dedupe is on when a ``dedupe_key`` is given; with ``dedupe=True`` a
+    ``dedupe_key`` is required: the scope is
     ``dedupe_key`` (plus ``.<batch_id>`` when given), so in ``foreachBatch`` pass the batch id for a re-run batch
     to add no copies. ``large_items=True`` (optionally ``max_item_bytes=...``) stores rows too big for one znode
     as large items instead of raising :class:`~zkqueue.errors.ItemTooLargeError`. Returns the counts
@@ -85,6 +87,8 @@ def put_partition(
     from zkqueue.spark.sink import Encoder, row_pairs, write_pairs  # noqa: PLC0415
 
     opts = SinkOptions.from_options({**options, "zkhosts": hosts}, path=path)
+    if opts.dedupe and opts.dedupe_key is None and not any(k.replace("_", "").lower() == "dedupe" for k in options):
+        opts = dataclasses.replace(opts, dedupe=False)  # the sink's default; here it needs a stable dedupe_key
     if partition is None:
         partition = 0
         try:

@@ -213,7 +213,7 @@ class SinkOptions:
     inflight: int = 4
     max_items: int | None = None
     max_items_timeout: float = 600.0
-    dedupe: bool = False
+    dedupe: bool = True
     dedupe_path: str = ""
     dedupe_key: str | None = None
     jute_max_buffer: int = 0
@@ -269,7 +269,7 @@ class SinkOptions:
             raise ConfigurationError(
                 f"option serializer: expected one of {BUILTIN_SERIALIZERS} or 'module:Class', got {serializer!r}"
             )
-        dedupe = bool_option(opts, "dedupe", False)
+        dedupe = bool_option(opts, "dedupe", True)
         dedupe_path = opts.get("dedupepath") or queue_path + "-dedupe"
         naming.validate_path(dedupe_path)
         if dedupe_path == queue_path or dedupe_path.startswith(queue_path + "/") or queue_path.startswith(

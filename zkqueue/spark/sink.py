@@ -42,6 +42,7 @@ A blob whose writer died before its commit is reclaimed by any running queue bui
 from __future__ import annotations
 
 import datetime
+import hashlib
 import logging
 import threading
 import time
@@ -101,6 +102,23 @@ class _Chunk:
     first_row: int
     marker: str | None = None
     large: tuple[str, bytes] | None = None  # (prefix, frame) of a large item, put on its own
+    digest: str | None = None  # of the chunk's nodes, kept in its marker (dedupe)
+
+    def with_marker(self, marker: str) -> _Chunk:
+        """The same chunk under another marker name (its first op is the marker's create)."""
+        first = self.ops[0]
+        ops = [protocol.CreateOp(marker, first.data, first.acl, False, False), *self.ops[1:]]
+        return _Chunk(ops, self.rows, self.nodes, self.first_row, marker, self.large, self.digest)
+
+
+def chunk_digest(ops: Sequence[Any]) -> str:
+    """A digest of a chunk's node data, in order: a retried task that reaches the same marker with other rows
+    (a plan whose row order is not stable) is told apart from a true repeat."""
+    h = hashlib.blake2b(digest_size=12)
+    for op in ops:
+        h.update(len(op.data).to_bytes(4, "big"))
+        h.update(op.data)
+    return h.hexdigest()
 
 
 class _Connection:
@@ -408,11 +426,12 @@ class PartitionWriter:
 
     def _chunk(self, ops: list[Any], rows: int, first_row: int) -> _Chunk:
         nodes = len(ops)
-        marker = None
+        marker = digest = None
         if self.scope_path is not None:
             marker = f"{self.scope_path}/p{self.partition}-r{first_row}"
-            ops = [protocol.CreateOp(marker, str(rows).encode(), None, False, False), *ops]
-        return _Chunk(ops, rows, nodes, first_row, marker)
+            digest = chunk_digest(ops)
+            ops = [protocol.CreateOp(marker, f"{rows}:{digest}".encode(), None, False, False), *ops]
+        return _Chunk(ops, rows, nodes, first_row, marker, digest=digest)
 
     def _large_chunk(self, node: _Node, data: bytes) -> _Chunk:
         assert self._large is not None
@@ -542,14 +561,33 @@ class PartitionWriter:
             return retried
         failure, index = result.failure, result.failed_index
         if chunk.marker is not None and index == 0 and isinstance(failure, NodeExistsError):
-            self.stats.deduped += chunk.rows
-            log.info("rows %d..%d of partition %d were already written (marker %s); skipped",
-                     chunk.first_row, chunk.first_row + chunk.rows - 1, self.partition, chunk.marker)
-            return retried
+            if self._same_rows(chunk):
+                self.stats.deduped += chunk.rows
+                log.info("rows %d..%d of partition %d were already written (marker %s); skipped",
+                         chunk.first_row, chunk.first_row + chunk.rows - 1, self.partition, chunk.marker)
+                return retried
+            # Other rows than the first attempt's at this position: nothing is skipped (nothing may be lost),
+            # and their own marker keeps a further retry of the same rows idempotent.
+            log.warning("rows %d..%d of partition %d differ from those an earlier attempt wrote under %s (the plan's "
+                        "row order is not stable): writing them; some rows may be stored twice", chunk.first_row,
+                        chunk.first_row + chunk.rows - 1, self.partition, chunk.marker)
+            alternate = chunk.with_marker(f"{chunk.marker}-{chunk.digest}")
+            self._finish(alternate, self._call(lambda: protocol.run_multi_async(self.client, alternate.ops)))
+            return True
         if isinstance(failure, NoAuthError):
             raise QueuePermissionError(
                 f"ZooKeeper refused a create under {self.options.path}: {failure!r}") from failure
         raise failure if failure is not None else RuntimeError("multi failed without an error")
+
+    def _same_rows(self, chunk: _Chunk) -> bool:
+        """Whether the existing marker of ``chunk`` was written for the same rows (markers without a digest,
+        from older versions, count as the same)."""
+        try:
+            data, _stat = self._call(lambda: self.client.get(chunk.marker))
+        except NoNodeError:
+            return False
+        _rows, _, digest = data.decode("ascii", "replace").partition(":")
+        return not digest or digest == chunk.digest
 
     def _wait_for_room(self, nodes: int) -> None:
         """Block until the queue holds fewer than ``maxItems - nodes`` item nodes (Curator counts nodes)."""
