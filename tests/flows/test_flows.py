@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from zkqueue.errors import ConfigurationError, QueueNotStartedError
+from zkqueue.errors import ConfigurationError, CorruptItemError, QueueNotStartedError, QueueStateError
 from zkqueue.flows import Flow, FlowJob, FlowState, Next, store
 from zkqueue.flows.definition import Ending
 from zkqueue.flows.handoff import OK, StepRef
@@ -364,3 +364,19 @@ def test_a_join_routed_around_still_runs_and_a_bad_result_fails_the_step(zk_clie
     assert job.state is FlowState.COMPLETED and "b" not in job.steps
     assert job.results == {"split": "only a", "a": "A", "join": ["a", "split"]}
     assert odd.state is FlowState.FAILED and len(odd.errors) == 1 and "SerializationError" in odd.errors[0].error
+
+
+def test_an_unreadable_flow_record_drops_its_step_jobs_once(zk_client) -> None:
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("only", lambda job: "never")
+    with flow:
+        flow.add({}, job_id="garbled")
+        zk_client.set(flow.paths.flow("garbled"), b"not json")
+        with flow.work():
+            wait_for(lambda: flow.counts()["steps"]["only"] == {"queued": 0, "active": 0, "retrying": 0})
+        assert flow.handoff.skipped == 1  # logged and counted once, not retried
+        assert flow.counts()["unreadable"] == 1 and flow.jobs() == []
+        with pytest.raises(CorruptItemError):
+            flow.get("garbled")
+        with pytest.raises(QueueStateError):
+            flow.wait("unknown", timeout=1)

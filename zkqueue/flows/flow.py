@@ -12,7 +12,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from zkqueue.engine.commit import CONNECTION_ERRORS
-from zkqueue.errors import ConfigurationError, QueueClosedError, QueueNotStartedError, QueueStateError
+from zkqueue.errors import ConfigurationError, CorruptItemError, QueueClosedError, QueueNotStartedError, QueueStateError
 from zkqueue.flows import model, store
 from zkqueue.flows.definition import Definition, Step, check_name, make_step
 from zkqueue.flows.handoff import Handoff, wait_connected
@@ -51,6 +51,7 @@ class Flow:
         self._workers: list[FlowWorker] = []
         self._lock = threading.Lock()
         self._state = "new"
+        self.unreadable = 0  # flow records the last jobs() could not read
 
     # ------------------------------------------------------------------------------------------ definition
     def step(self, name: str, handler: Callable[[Any], Any], *, next: str | Sequence[str] | None = None,  # noqa: A002
@@ -208,19 +209,30 @@ class Flow:
             changed.wait(1.0 if left is None else min(left, 1.0))
 
     def jobs(self) -> list[FlowJob]:
-        """Every flow job kept (running and finished), the most recently updated first."""
+        """Every flow job kept (running and finished), the most recently updated first; unreadable records are
+        skipped (logged, counted in ``unreadable``)."""
         children = self.client.get_children(self.paths.flows)
         reads = protocol.multi_read(self.client, [naming.join(self.paths.flows, n) for n in children])
-        recs = [FlowRecord.decode(r[0]) for r in reads if not isinstance(r, BaseException)]
+        recs = []
+        self.unreadable = 0
+        for name, r in zip(children, reads):
+            if isinstance(r, BaseException):
+                continue  # deleted meanwhile
+            try:
+                recs.append(FlowRecord.decode(r[0]))
+            except CorruptItemError as exc:
+                self.unreadable += 1
+                log.warning("flow record %s is unreadable (%s): skipped", name, exc)
         recs.sort(key=lambda r: r.updated_ms, reverse=True)
         return [FlowJob.of(r) for r in recs]
 
     def counts(self) -> dict[str, Any]:
-        """Flow jobs by state (running, completed, failed; every record is read) and, per step, its job queue's
-        counts (queued, active, retrying)."""
+        """Flow jobs by state (running, completed, failed; every record is read; ``unreadable`` ones) and, per step,
+        its job queue's counts (queued, active, retrying)."""
         out: dict[str, Any] = {"running": 0, "completed": 0, "failed": 0}
         for job in self.jobs():
             out[job.state.value.lower()] += 1
+        out["unreadable"] = self.unreadable
         step_names = list(self.definition.steps) or sorted(self.client.get_children(self.paths.steps))
         steps = {}
         for name in step_names:

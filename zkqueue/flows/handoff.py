@@ -20,11 +20,9 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from kazoo.exceptions import NoNodeError
-
 from zkqueue.engine.commit import CONNECTION_ERRORS, delete_op
 from zkqueue.engine.seams import Completion
-from zkqueue.errors import QueueStateError
+from zkqueue.errors import CorruptItemError, QueueStateError
 from zkqueue.flows import definition, model, store
 from zkqueue.flows.definition import Definition, Ending
 from zkqueue.flows.model import FlowRecord, FlowState, HistoryEntry, StepError
@@ -38,6 +36,7 @@ MAX_TRIES = 60
 #: How long a hand-off waits for a lost connection to come back.
 RECONNECT_WAIT = 30.0
 
+UNREAD = object()  # end(): the caller has not read the flow record
 OK = "ok"  # committed
 LOST = "lost"  # another worker holds the step's job now (or it was dropped): nothing was committed by us
 
@@ -83,6 +82,15 @@ class Handoff:
         self.skipped = 0  # step jobs dropped without a flow record to go with (counted, logged)
         self.races = 0  # hand-offs built again after another one changed the flow record first
 
+    def read(self, job_id: str) -> tuple[FlowRecord, int] | None:
+        """The flow record of ``job_id`` and its version; None if it is gone or unreadable (logged, counted: its
+        step jobs are then dropped instead of failing again and again)."""
+        try:
+            return store.read(self._client, self._paths, job_id)
+        except CorruptItemError as exc:
+            log.error("the flow record of %s is unreadable (%s): its step jobs are dropped", job_id, exc)
+            return None
+
     # ------------------------------------------------------------------------------------------ building
     def _fence_ops(self, ref: StepRef) -> list[Any]:
         return [delete_op(self._step_paths(ref.step).record(ref.job_id), ref.version)]
@@ -113,16 +121,16 @@ class Handoff:
         return ops
 
     # ------------------------------------------------------------------------------------------ committing
-    def end(self, ref: StepRef, ending: Ending | None, read: tuple[FlowRecord, int] | None = None) -> str:
-        """Commit the end of ``ref`` (``ending`` None: drop it), built first from ``read`` (the flow record and its
-        version, when the caller has them). Returns :data:`OK` or :data:`LOST`; raises
+    def end(self, ref: StepRef, ending: Ending | None, read: Any = UNREAD) -> str:
+        """Commit the end of ``ref`` (``ending`` None: drop it), built first from ``read`` (what :meth:`read` gave
+        the caller, if it asked). Returns :data:`OK` or :data:`LOST`; raises
         :class:`~zkqueue.errors.QueueStateError` when it could not (the caller gives the job back)."""
         token = uuid.uuid4().hex[:16]
         ambiguous = False
         stale = False  # the first try expects no leftover step records of an earlier run (a failure looks)
         for attempt in range(MAX_TRIES):
-            if attempt > 0 or read is None:
-                read = store.read(self._client, self._paths, ref.job_id)
+            if attempt > 0 or read is UNREAD:
+                read = self.read(ref.job_id)
             if ambiguous and read is not None and read[0].committed(token):
                 return OK
             ops, fence_len = self._build(ref, ending, token, read, stale), 1
@@ -144,7 +152,7 @@ class Handoff:
             failed = result.failed_index
             if failed is not None and (failed < fence_len or failed == len(ops) - 1):
                 if ambiguous:
-                    again = store.read(self._client, self._paths, ref.job_id)
+                    again = self.read(ref.job_id)
                     if again is not None and again[0].committed(token):
                         return OK
                 log.info("step %s of flow job %s is no longer ours (%r): nothing committed", ref.step, ref.job_id,
@@ -168,10 +176,7 @@ class Handoff:
             ref = StepRef(step, dead, version)
             log.warning("step %s of flow job %s used all %d attempts (its workers were lost): it is dead", step,
                         record.id, record.attempts)
-            try:
-                read = store.read(self._client, self._paths, record.id)
-            except NoNodeError:
-                read = None
+            read = self.read(record.id)
             ending = Ending(ok=False, errors=step_errors(step, dead)[-1:])
             return Completion.ack(extra_ops=self._build(ref, ending, uuid.uuid4().hex[:16], read))
 

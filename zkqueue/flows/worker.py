@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from zkqueue.errors import ConfigurationError, SerializationError, ZkQueueError
+from zkqueue.errors import ConfigurationError, SerializationError
 from zkqueue.flows import handoff, store
 from zkqueue.flows.definition import Ending, Step
 from zkqueue.flows.handoff import StepRef, step_errors
@@ -150,7 +150,7 @@ class FlowWorker:
         flow = self._flow
         ref = StepRef(step.name, held.record, held.version, held.ack_ops)
         try:
-            read = store.read(flow.client, flow.paths, held.record.id)
+            read = flow.handoff.read(held.record.id)
             rec = read[0] if read is not None else None
             if rec is None or rec.run != store.run_of(held.record) or rec.state is not FlowState.RUNNING:
                 self._end(held, ref, None, read)  # the flow job failed meanwhile, or is gone: the step is dropped
@@ -199,10 +199,10 @@ class FlowWorker:
         dead = StepRef(step.name, replace(record, errors=errors), ref.version, ref.ack_ops)
         self._end(held, dead, Ending(ok=False, errors=step_errors(step.name, dead.record)), read)
 
-    def _end(self, held: HeldJob, ref: StepRef, ending: Ending | None, read: Any = None) -> None:
+    def _end(self, held: HeldJob, ref: StepRef, ending: Ending | None, read: Any = handoff.UNREAD) -> None:
         try:
             outcome = self._flow.handoff.end(ref, ending, read)
-        except (ZkQueueError, *handoff.CONNECTION_ERRORS) as exc:
+        except Exception as exc:  # racing for ever, no connection, a refused request: the claim counted an attempt
             log.warning("step %s of flow job %s could not hand off (%r): given back for a retry", ref.step,
                         ref.job_id, exc)
             held.release()

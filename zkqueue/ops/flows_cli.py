@@ -68,7 +68,8 @@ def register(main: click.Group, connect_option: Any) -> None:
         """Flow jobs by state (running, completed, failed), and each step's queued, active and retrying jobs."""
         with _flow(connect, auth, acl, path) as flow:
             result = flow.counts()
-        for key in ("running", "completed", "failed"):
-            click.echo(f"{key:10} {result[key]}")
+        for key in ("running", "completed", "failed", "unreadable"):
+            if key != "unreadable" or result[key]:
+                click.echo(f"{key:10} {result[key]}")
         for step, by_state in result["steps"].items():
             click.echo(f"step {step}: " + " ".join(f"{k}={v}" for k, v in by_state.items()))
