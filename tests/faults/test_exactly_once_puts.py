@@ -135,3 +135,43 @@ def test_job_adds_through_a_leader_kill_are_exactly_once(ensemble) -> None:
     finally:
         client.stop()
         client.close()
+
+
+def test_a_producer_killed_mid_batch_replays_its_last_batch_without_a_duplicate(ensemble, journal_dir) -> None:
+    """A producer numbering its batches (``put_multi(..., sequence=n)``, fixed ``producer_id``) is SIGKILLed three
+    times and restarted; each restart replays the last batch it sent. Every item is stored exactly once."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    hosts = fresh_chroot(ensemble.connect_string, "/exactly-once-restart-")
+    client = make_client(hosts, timeout=10.0)
+    journal = journal_dir / "producer.journal"
+    cfg = {"hosts": hosts, "path": "/q", "journal": str(journal), "producer_id": "restarting", "batches": 300,
+           "batch_size": 5, "pause": 0.004}
+    script = Path(__file__).with_name("seqproducer.py")
+
+    def acks() -> int:
+        return journal.read_text().count("ack ") if journal.exists() else 0
+
+    try:
+        client.ensure_path("/q")
+        for kill in range(3):
+            proc = subprocess.Popen([sys.executable, str(script), json.dumps(cfg)])
+            before = acks()
+            wait_for(lambda: acks() >= before + 40 or proc.poll() is not None, timeout=120, interval=0.005)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+        proc = subprocess.Popen([sys.executable, str(script), json.dumps(cfg)])
+        assert proc.wait(300) == 0
+        assert journal.read_text().rstrip().endswith("done")
+        stored = _stored(client, "/q")
+        expected = {f"b{n}-{k}" for n in range(1, 301) for k in range(5)}
+        assert set(stored) == expected
+        assert [k for k, n in stored.items() if n > 1] == []
+        assert client.get("/q-producers/restarting.seq")[0] == b"300"
+    finally:
+        client.stop()
+        client.close()

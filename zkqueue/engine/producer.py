@@ -39,7 +39,13 @@ from zkqueue.engine.commit import (
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.group_commit import GroupCommit
 from zkqueue.engine.put_markers import MarkedBatch, MarkerLane, check_producer_id, new_producer_id
-from zkqueue.errors import ItemTooLargeError, QueueClosedError, QueueStateError, SerializationError
+from zkqueue.errors import (
+    ConfigurationError,
+    ItemTooLargeError,
+    QueueClosedError,
+    QueueStateError,
+    SerializationError,
+)
 from zkqueue.formats import framing, naming
 from zkqueue.listeners import ListenerContainer
 from zkqueue.transport import protocol
@@ -80,7 +86,7 @@ class Producer:
         #: Exactly-once puts: the put thread and the foreground puts each advance a marker lane of their own.
         self.producer_id = check_producer_id(producer_id) if producer_id is not None else new_producer_id()
         self._lanes = {lane: MarkerLane(ctx.client, ctx.queue_path, self.producer_id, lane, ctx.acl)
-                       for lane in ("bg", "fg", "groups")}
+                       for lane in ("bg", "fg", "groups", "seq")}
         self._settle_wait = settle_wait
         self._blobs = blobs
         self._serializer = serializer
@@ -188,12 +194,15 @@ class Producer:
 
     # ------------------------------------------------------------------------------------------ puts
     def put_framed(
-        self, data: bytes, prefix: str, item: Any, *, multi: bool = False, timeout: float | None = None
+        self, data: bytes, prefix: str, item: Any, *, multi: bool = False, timeout: float | None = None,
+        sequence: int | None = None,
     ) -> bool:
         """Wait for room (bounded queues), then store ``data`` (a frame from :meth:`frame`) as a sequential node
         at ``prefix``. ``item`` is what put listeners receive (the list of items when ``multi``). False only
-        when a bounded queue stayed full for ``timeout`` seconds."""
+        when a bounded queue stayed full for ``timeout`` seconds. With ``sequence`` see :meth:`put_sequenced`."""
         self._check_started()
+        if sequence is not None:
+            return self.put_sequenced(data, prefix, item, sequence, multi=multi)
         if self._max_items is None:
             return self._send_framed(data, prefix, item, multi=multi)
         if timeout is not None:
@@ -226,6 +235,28 @@ class Producer:
             return True
         return self._put_now(
             req, lambda: self._group.put(req) if self._max_items is None else self._create_node(req, "fg"))
+
+    def put_sequenced(self, data: bytes, prefix: str, item: Any, sequence: int, *, multi: bool = False) -> bool:
+        """Store ``data`` as the producer's batch number ``sequence`` (increasing, > 0), in the caller's thread
+        after this instance's earlier background puts: a sequence the producer's ``seq`` marker shows committed
+        is not stored again. So a producer restarted with the same ``producer_id`` can replay its last batch
+        (Kafka's idempotent producer across restarts). Bounded queues do not wait for room here."""
+        if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence <= 0:
+            raise ConfigurationError(f"sequence must be a positive int, got {sequence!r}")
+        if self.check_size(prefix, data):
+            raise ConfigurationError("a put with a sequence number cannot hold a large item")
+        if self._background:
+            self.flush()
+        req = PutRequest(prefix, data, item, multi)
+
+        def store() -> str | None:
+            batch = self._send_nodes([req], "seq", number=sequence)
+            result = batch.result()
+            if not result.ok:
+                raise result.failure or QueueStateError(f"put to {req.prefix} failed")
+            return result.results[0]
+
+        return self._put_now(req, store)
 
     def _put_large(self, req: PutRequest) -> bool:
         """Store a large item now, in the caller's thread, behind this instance's earlier background puts."""
@@ -262,7 +293,7 @@ class Producer:
             raise result.failure or QueueStateError(f"put to {req.prefix} failed")
         return result.results[0]
 
-    def _send_nodes(self, reqs: Sequence[PutRequest], lane: str) -> MarkedBatch:
+    def _send_nodes(self, reqs: Sequence[PutRequest], lane: str, number: int | None = None) -> MarkedBatch:
         """Send the sequential nodes of ``reqs`` as ONE multi, in order, led by the lane's marker update, without
         waiting (every put). Its ``result()`` settles a lost reply: exactly once."""
         items = [(r.prefix, r.data) for r in reqs]
@@ -272,7 +303,8 @@ class Producer:
                                          limit=self._ctx.jute_max_buffer, head=head)
 
         what = f"put of {len(reqs)} to {self._ctx.queue_path}" if len(reqs) > 1 else f"put to {self._ctx.queue_path}"
-        return MarkedBatch(self._lanes[lane], send, len(reqs), self._ctx.connection, self._settle_wait, what)
+        return MarkedBatch(self._lanes[lane], send, len(reqs), self._ctx.connection, self._settle_wait, what,
+                           number=number)
 
     def commit_groups(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:
         """Commit each group of ops atomically, many per multi, exactly once: each multi leads with the

@@ -88,20 +88,30 @@ class MarkerLane:
         self.path = naming.join(markers_path(queue_path), f"{check_producer_id(producer_id)}.{lane}")
         self._lock = threading.Lock()
         self._number = 0  # the last number handed out (numbers never repeat within this lane object)
+        self._committed = 0  # the highest number known to have committed
         self._version: int | None = None  # the version the next ticket expects (None: read the marker first)
         self._outstanding: dict[int, bool | None] = {}  # ticket number -> fate (None: not known yet)
 
-    def ticket(self) -> Ticket:
-        """The next batch's ticket (reads the marker first after a reset, creating it if needed)."""
+    def ticket(self, number: int | None = None) -> Ticket | None:
+        """The next batch's ticket (reads the marker first after a reset, creating it if needed).
+
+        ``number``: the caller's own sequence number for the batch (a lane used one batch at a time); None when
+        the marker shows that number committed already."""
         with self._lock:
             if self._version is None:
                 self._load()
             assert self._version is not None
-            self._number += 1
-            op = SetDataOp(self.path, str(self._number).encode(), self._version)
+            if number is None:
+                self._number += 1
+            elif number <= self._committed:
+                return None
+            else:
+                self._number = max(self._number, number)
+            chosen = self._number if number is None else number
+            op = SetDataOp(self.path, str(chosen).encode(), self._version)
             self._version += 1
-            self._outstanding[self._number] = None
-            return Ticket(op, self._number)
+            self._outstanding[chosen] = None
+            return Ticket(op, chosen)
 
     def _load(self) -> None:
         while True:
@@ -113,7 +123,8 @@ class MarkerLane:
                 except NodeExistsError:
                     pass
                 continue
-            self._number = max(self._number, _number_of(data))
+            self._committed = max(self._committed, _number_of(data))
+            self._number = max(self._number, self._committed)
             self._version = stat.version
             break
         try:
@@ -125,6 +136,7 @@ class MarkerLane:
         """``ticket``'s batch committed (its reply said so, or :meth:`settle` found it)."""
         with self._lock:
             self._outstanding.pop(ticket.number, None)
+            self._committed = max(self._committed, ticket.number)
 
     def broken(self, ticket: Ticket) -> None:
         """``ticket``'s batch did not commit: neither can any ticket sent after it; read the marker again."""
@@ -186,8 +198,9 @@ class MarkedBatch:
     :class:`PutOutcomeUnknown`."""
 
     def __init__(self, lane: MarkerLane, send: Callable[[list[Any]], Any], count: int, connection: Any,
-                 wait: float, what: str) -> None:
+                 wait: float, what: str, number: int | None = None) -> None:
         self._lane = lane
+        self._number = number
         self._send = send
         self._count = count
         self._connection = connection
@@ -196,7 +209,11 @@ class MarkedBatch:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        self._ticket = ticket = self._lane.ticket()
+        ticket = self._lane.ticket(self._number)
+        if ticket is None:  # the caller's sequence number committed before (a replay after a restart)
+            self._ticket, self._pending = None, None
+            return
+        self._ticket = ticket
         try:
             self._pending = self._send([ticket.op])
         except CONNECTION_ERRORS as exc:
@@ -210,6 +227,10 @@ class MarkedBatch:
         settled as committed), or the failure of one of its own ops. Raises :class:`PutOutcomeUnknown`."""
         for _attempt in range(_ATTEMPTS):
             ticket = self._ticket
+            if ticket is None:
+                log.info("%s: marker %s shows batch %s committed already; not sent again", self._what,
+                         self._lane.path, self._number)
+                return MultiResult(True, [None] * self._count)
             try:
                 res = self._pending.result()
             except CONNECTION_ERRORS as exc:
@@ -229,7 +250,7 @@ class MarkedBatch:
             return MultiResult(False, res.results[1:], index, res.failure)
         raise PutOutcomeUnknown(f"{self._what}: marker {self._lane.path} kept refusing {_ATTEMPTS} sends (is "
                                 "another producer running with the same producer_id?); nothing was stored",
-                                self._lane.path, self._ticket.number)
+                                self._lane.path, self._ticket.number if self._ticket else -1)
 
     def _committed_after_loss(self, ticket: Ticket, exc: BaseException) -> bool:
         fate = self._lane.fate(ticket)

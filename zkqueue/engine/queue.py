@@ -455,18 +455,29 @@ class DistributedQueue(Generic[T]):
             events.submit(fn, state)
 
     # ------------------------------------------------------------------------------------------ puts
-    def put(self, item: T, timeout: float | None = None) -> bool:
+    def put(self, item: T, timeout: float | None = None, *, sequence: int | None = None) -> bool:
         """Add one item. Blocks while a bounded queue is full; with ``timeout`` returns False when still full.
 
         Background puts (the default) return once the item is queued for sending; failures reach
-        ``put_listeners`` (``put_failed``) and ``stats().put_failed``.
+        ``put_listeners`` (``put_failed``) and ``stats().put_failed``. ``sequence``: see :meth:`put_multi`.
         """
         self._check_started()
+        if sequence is not None:
+            return self.producer.put_sequenced(self._frame([item]), self.make_item_path(), item, sequence)
         return self._put_one(self.make_item_path(), item, timeout)
 
-    def put_multi(self, items: Iterable[T], timeout: float | None = None) -> bool:
-        """Add several items in ONE znode (Curator's MultiItem format); consumers get them in order."""
+    def put_multi(self, items: Iterable[T], timeout: float | None = None, *, sequence: int | None = None) -> bool:
+        """Add several items in ONE znode (Curator's MultiItem format); consumers get them in order.
+
+        ``sequence``: this batch's number in the producer's own increasing sequence. It is stored in the caller's
+        thread, and a sequence the producer's marker shows committed is not stored again, so a producer restarted
+        with the same ``producer_id`` replays its last batch without a duplicate (see README, exactly-once
+        puts)."""
         self._check_started()
+        if sequence is not None:
+            items = list(items)
+            return self.producer.put_sequenced(self._frame(items), self.make_item_path(), items, sequence,
+                                               multi=True)
         return self._put_many(self.make_item_path(), items, timeout)
 
     def _frame(self, items: Iterable[Any]) -> bytes:
