@@ -90,7 +90,8 @@ def test_dead_branch_under_fail_ends_the_flow_job_and_cancels_queued_siblings(zk
     ran: list[str] = []
     flow = Flow(zk_client, PATH, retry=FAST)
     flow.step("update", lambda job: 1, next=["discord", "telegram"])
-    flow.step("discord", raises(RuntimeError("discord is down")), retry=RetryPolicy(max_attempts=2, backoff=0.05, jitter=False))
+    flow.step("discord", raises(RuntimeError("discord is down")),
+              retry=RetryPolicy(max_attempts=2, backoff=0.05, jitter=False))
     flow.step("telegram", lambda job: ran.append("telegram"))
     flow.step("notify", lambda job: ran.append("notify"), after=["discord", "telegram"])
     with flow:

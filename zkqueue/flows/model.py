@@ -157,7 +157,8 @@ class FlowJob:
     def of(cls, record: FlowRecord) -> FlowJob:
         return cls(id=record.id, state=record.state, pending=record.pending, results=dict(record.results),
                    errors=list(record.errors), history=list(record.history), params=record.params,
-                   data=dict(record.data), steps=dict(record.steps), run=record.run, created_at=record.created_ms / 1000.0,
+                   data=dict(record.data), steps=dict(record.steps), run=record.run,
+                   created_at=record.created_ms / 1000.0,
                    updated_at=record.updated_ms / 1000.0)
 
 

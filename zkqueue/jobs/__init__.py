@@ -22,4 +22,5 @@ from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.jobs.scope import ClaimedJob, HeldJob, TakeScope
 from zkqueue.jobs.worker import JobWorker
 
-__all__ = ["ClaimedJob", "HeldJob", "Job", "JobError", "JobQueue", "JobState", "JobWorker", "Keep", "RetryPolicy", "TakeScope"]
+__all__ = ["ClaimedJob", "HeldJob", "Job", "JobError", "JobQueue", "JobState", "JobWorker", "Keep", "RetryPolicy",
+           "TakeScope"]
