@@ -112,6 +112,11 @@ class AppendUncertainError(ZkQueueError):
         self.indexes = indexes
 
 
+class AppendConflictError(ZkQueueError):
+    """An append (or hand-off) lost the compare-and-set race to other appenders on every try and gave up:
+    nothing of it was written, so it is safe to call again."""
+
+
 class ProgressFormatError(ZkQueueError, ValueError):
     """A progress node holds data that is not a stored processed index."""
 

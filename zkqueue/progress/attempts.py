@@ -42,7 +42,7 @@ class JobRun:
             try:
                 call(self.attempt)
                 return True
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: a job is never dropped (the policy may call it stuck)
                 if self.finished_by_handoff:
                     log.warning("job %d raised %r after its hand-off committed: it counts as finished",
                                 self.index, exc)

@@ -36,6 +36,9 @@ log = logging.getLogger("zkqueue.progress.consumer")
 #: The default retry policy of workers: quick first retries, ``on_stuck`` after 5 failed runs.
 DEFAULT_RETRY = RetryPolicy(max_attempts=5, backoff=0.1, max_backoff=30.0)
 _ERROR_BACKOFF_MAX = 5.0
+#: Shortest wait of the coordinator while the connection is suspended (it wakes at once when the connection
+#: comes back): a progress write that is due but cannot be sent never makes it spin.
+_SUSPENDED_WAIT = 0.5
 
 
 class Jobs(Protocol):
@@ -53,12 +56,17 @@ class _SteppedDown(Exception):
     """The coordinator's leadership ended (session lost, or a fenced write)."""
 
 
+class _WorkerDied(RuntimeError):
+    """A worker thread ended without finishing its job or giving it up (a bug): the term ends, and the jobs above
+    the stored index run again in the next one."""
+
+
 class _Counters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.values: dict[str, int] = dict.fromkeys(
             ("jobs_done", "failures", "retries", "stuck", "progress_writes", "handoffs", "skipped_done",
-             "source_errors", "callback_errors", "elected", "fenced", "errors"), 0)
+             "source_errors", "callback_errors", "elected", "fenced", "errors", "coordinator_loops"), 0)
 
     def __call__(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -85,6 +93,9 @@ class ProgressStats:
     elected: int
     fenced: int
     errors: int
+    #: Rounds of the coordinator's loop while active (each one sleeps unless there is work: a spinning
+    #: coordinator shows as a fast-growing count).
+    coordinator_loops: int
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -167,7 +178,7 @@ class ProgressConsumer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._checked = True  # a check() since the last head()
-        self._finished: deque[tuple[int, int, bool]] = deque()  # (epoch, index, finished)
+        self._finished: deque[tuple[int, int, bool | None]] = deque()  # (epoch, index, finished; None: died)
         self._handed: set[int] = set()
         self._epoch = 0
         self._active = False
@@ -376,6 +387,7 @@ class ProgressConsumer:
                 if not self._lost:
                     self._flush(window, markers)
                 return
+            self._count("coordinator_loops")
             self._wake.clear()
             if self._collect(window, epoch):
                 self._set_processed(window.processed)
@@ -390,6 +402,8 @@ class ProgressConsumer:
             timeout = max(0.0, last_write + self.progress_interval - now) if pending else 60.0
             if self.poll_interval is not None:
                 timeout = min(timeout, self.poll_interval)
+            if self._suspended:  # a due write waits for the connection: its return wakes us, else a floor
+                timeout = max(timeout, _SUSPENDED_WAIT)
             if not self._suspended and window.free() > 0:
                 poll_due = self.poll_interval is not None and now - last_head >= self.poll_interval
                 if window.next_index > head and (self._checked or poll_due):
@@ -461,8 +475,11 @@ class ProgressConsumer:
             return []
         return [] if job is None else [job]
 
-    def _collect(self, window: Window, epoch: int) -> bool:
+    def _collect(self, window: Window, epoch: int, stopping: bool = False) -> bool:
+        """Count the jobs whose runs ended; whether the processed index moved. :class:`_WorkerDied` if a worker
+        thread died with its job (unless ``stopping``): that job would never run again in this term."""
         moved = False
+        died: int | None = None
         while self._finished:
             e, index, ok = self._finished.popleft()
             if e != epoch or index not in window.running:
@@ -470,8 +487,13 @@ class ProgressConsumer:
             if ok:
                 moved |= window.finish(index)
                 self._count("jobs_done")
-            else:  # abandoned (stop or a lost term): stays unfinished, runs again later
+            else:  # abandoned (stop or a lost term), or its thread died: stays unfinished, runs again later
                 window.running.discard(index)
+                if ok is None and died is None:
+                    died = index
+        if died is not None and not stopping:
+            raise _WorkerDied(f"the worker thread of job {died} died; the consumer steps down and runs the jobs "
+                              f"above the stored index again")
         return moved
 
     def _set_processed(self, index: int) -> None:
@@ -500,7 +522,7 @@ class ProgressConsumer:
         """On stop: wait for the running jobs' current runs to end, and count the finished ones."""
         while window.running and not self._lost:
             self._wake.clear()
-            if self._collect(window, epoch):
+            if self._collect(window, epoch, stopping=True):
                 self._set_processed(window.processed)
             if window.running:
                 self._wake.wait(0.1)
@@ -510,6 +532,8 @@ class ProgressConsumer:
         return self._epoch == epoch and not self._stop.is_set() and not self._lost
 
     def _run_job(self, epoch: int, fence: str, index: int, job: Any) -> None:
+        # JobRun retries whatever the worker raises (BaseException too); what escapes here is a bug of ours
+        ok: bool | None = None
         try:
             run = JobRun(index, self.retry, self._stuck_cbs, lambda: self._keep_going(epoch), self._stop.wait,
                          self._count)
@@ -518,12 +542,11 @@ class ProgressConsumer:
                 ok = run.run(lambda attempt: self.worker(index, job, ctx))
             else:
                 ok = run.run(lambda attempt: self.worker(index, job))
-            self._finished.append((epoch, index, ok))
-        except BaseException:  # never die silently
-            log.exception("worker thread of job %d failed", index)
-            self._finished.append((epoch, index, False))
+        except BaseException:  # never die silently: the coordinator steps down (_WorkerDied)
+            log.critical("the worker thread of job %d of %s died", index, self.progress_path, exc_info=True)
             raise
         finally:
+            self._finished.append((epoch, index, ok))
             self._wake.set()
 
     def _handed_off(self, index: int) -> None:

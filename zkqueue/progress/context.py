@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from zkqueue.errors import AppendUncertainError, ProgressFencedError
-from zkqueue.progress.txn import UNKNOWN_OUTCOME, MultiFailed, commit, wait_connected
+from zkqueue.errors import AppendConflictError, ProgressFencedError
+from zkqueue.progress.txn import CAS_TRIES, UNKNOWN_OUTCOME, MultiFailed, cas_wait, commit, wait_connected
 
 if TYPE_CHECKING:
     from zkqueue.progress.attempts import JobRun
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from zkqueue.progress.store import ProgressStore
 
 log = logging.getLogger("zkqueue.progress.context")
-
-_TRIES = 50
 
 
 class JobContext:
@@ -49,15 +47,16 @@ class JobContext:
     def append_and_done(self, job_log: JobLog, items: bytes | Sequence[bytes] = ()) -> list[int]:
         """Append ``items`` to ``job_log`` and mark this job finished in one multi (exactly-once hand-off); the
         new indexes ([] if this job's hand-off had already committed). Raises
-        :class:`~zkqueue.errors.ProgressFencedError` if this consumer is no longer the active one."""
+        :class:`~zkqueue.errors.ProgressFencedError` if this consumer is no longer the active one, and
+        :class:`~zkqueue.errors.AppendConflictError` (nothing written) if other appenders won every try."""
         if self._run.finished_by_handoff:
             raise ProgressFencedError(f"job {self.index} was already handed off")
-        batch = job_log._check_items([items] if isinstance(items, (bytes, bytearray)) else list(items))
+        batch = job_log.check_items([items] if isinstance(items, (bytes, bytearray)) else list(items))
         marker = self._store.done_path(self.index)
         client = self._store.client
         client.ensure_path(marker.rsplit("/", 1)[0])
         token = uuid.uuid4().hex[:12]
-        for _ in range(_TRIES):
+        for attempt in range(1, CAS_TRIES + 1):
             if batch:
                 log_ops, indexes, expect = job_log.plan_append(batch, token)
             else:
@@ -73,18 +72,21 @@ class JobContext:
                     log.warning("job %d was already handed off", self.index)
                     self._done()
                     return []
-                if job_log._conflict(exc):
+                if job_log.refresh_after_conflict(exc):
+                    if attempt < CAS_TRIES:
+                        cas_wait(attempt)
                     continue
                 raise exc.error from None
             except UNKNOWN_OUTCOME as exc:
                 if not wait_connected(client, 30.0):
                     raise
                 try:
+                    client.sync(marker)  # the server we reconnected to may lag behind the leader
                     client.get(marker)
                 except NoNodeError:
                     continue  # not committed: send it again
                 if expect is not None:
-                    job_log._newest = None  # re-read on the next append
+                    job_log.forget_newest()  # re-read on the next append
                 log.info("hand-off of job %d committed before the connection dropped (%r)", self.index, exc)
                 self._done()
                 return indexes
@@ -92,7 +94,8 @@ class JobContext:
                 job_log.verify_append(results[2:], log_ops, indexes, expect)
             self._done()
             return indexes
-        raise AppendUncertainError(f"hand-off of job {self.index} kept conflicting with other appenders", [])
+        raise AppendConflictError(f"hand-off of job {self.index} kept conflicting with other appenders "
+                                  f"({CAS_TRIES} tries); nothing was written")
 
     def _done(self) -> None:
         self._run.finished_by_handoff = True

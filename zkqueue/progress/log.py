@@ -35,6 +35,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from zkqueue.errors import (
+    AppendConflictError,
     AppendUncertainError,
     ConfigurationError,
     InvalidPathError,
@@ -43,7 +44,7 @@ from zkqueue.errors import (
     JobPrunedError,
     LogFormatError,
 )
-from zkqueue.progress.txn import UNKNOWN_OUTCOME, MultiFailed, Op, commit, wait_connected
+from zkqueue.progress.txn import CAS_TRIES, UNKNOWN_OUTCOME, MultiFailed, Op, cas_wait, commit, wait_connected
 from zkqueue.transport.ops import MAX_MULTI_BYTES, MAX_MULTI_OPS
 
 log = logging.getLogger("zkqueue.progress.log")
@@ -57,7 +58,6 @@ CONSUMERS = "consumers"
 #: Bytes a create op costs in a multi besides its data and path (header, flags, ACL).
 _OP_OVERHEAD = 64
 _PRUNE_CHUNK = 500
-_CAS_TRIES = 50
 
 
 def _bucket_name(b: int) -> str:
@@ -91,6 +91,10 @@ class _Bucket:
         self.version = version
 
 
+#: An append try whose reply was lost: (its token, the newest bucket as it left it, its indexes).
+_LostTry = tuple[str, _Bucket, list[int]]
+
+
 class JobLog:
     """An append-only job log at ``path``: ``append`` / ``append_many`` return indexes, ``at(i)`` reads a job,
     ``head()`` is the highest index. It is a jobs source of :class:`~zkqueue.progress.ProgressConsumer`
@@ -119,13 +123,23 @@ class JobLog:
         """Entries per bucket (read from the log, which is created if missing)."""
         return self._ensure()
 
-    def _bucket_path(self, b: int) -> str:
+    def bucket_path(self, b: int) -> str:
+        """The znode of bucket ``b`` (its data: the bucket's entry count and the token of its last append)."""
         return f"{self.path}/{_bucket_name(b)}"
+
+    def bucket_count(self, data: bytes, b: int) -> int:
+        """The entry count in ``data``, as read from bucket ``b``'s node (:class:`LogFormatError` if it is not
+        one)."""
+        return _parse_count(data, self.bucket_path(b))[0]
+
+    def newest_bucket_number(self) -> int:
+        """The number of the newest bucket (from the cached one forward)."""
+        return self._newest_bucket().number
 
     def entry_path(self, index: int) -> str:
         """The znode of index ``index``."""
         size = self._ensure()
-        return f"{self._bucket_path(index // size)}/{ENTRY_PREFIX}{index % size:010d}"
+        return f"{self.bucket_path(index // size)}/{ENTRY_PREFIX}{index % size:010d}"
 
     def _ensure(self) -> int:
         if self._size is not None:
@@ -145,8 +159,8 @@ class JobLog:
             self.client.ensure_path(parent)
         try:
             commit(self.client, [("create", self.path, meta, False),
-                                 ("create", self._bucket_path(0), _count_data(1, "origin"), False),
-                                 ("create", f"{self._bucket_path(0)}/{ENTRY_PREFIX}", b"", True),
+                                 ("create", self.bucket_path(0), _count_data(1, "origin"), False),
+                                 ("create", f"{self.bucket_path(0)}/{ENTRY_PREFIX}", b"", True),
                                  ("create", f"{self.path}/{CONSUMERS}", b"", False)])
             log.info("created job log %s (bucket size %d)", self.path, size)
             return meta
@@ -183,8 +197,8 @@ class JobLog:
         return sorted(out)
 
     def _read_bucket(self, b: int) -> _Bucket:
-        data, stat = self.client.get(self._bucket_path(b))
-        count, _ = _parse_count(data, self._bucket_path(b))
+        data, stat = self.client.get(self.bucket_path(b))
+        count, _ = _parse_count(data, self.bucket_path(b))
         return _Bucket(b, count, stat.version)
 
     def _newest_bucket(self, refresh: bool = False) -> _Bucket:
@@ -255,8 +269,8 @@ class JobLog:
         size = self._ensure()
         b = index // size
         try:
-            data, _ = self.client.get(self._bucket_path(b))
-            count, _ = _parse_count(data, self._bucket_path(b))
+            data, _ = self.client.get(self.bucket_path(b))
+            count, _ = _parse_count(data, self.bucket_path(b))
             if index % size < count:
                 return JobPrunedError(f"job {index} of {self.path} was pruned")
         except NoNodeError:
@@ -271,30 +285,51 @@ class JobLog:
         return self.append_many([data])[0]
 
     def append_many(self, items: Sequence[bytes]) -> list[int]:
-        """Append ``items`` in one multi (all or none, consecutive indexes); their indexes."""
-        items = self._check_items(items)
+        """Append ``items`` in one multi (all or none, consecutive indexes); their indexes.
+
+        Each try carries its own token in the bucket count it sets, so after a lost reply the append is found
+        (or not) by a synced read, and never stored twice. :class:`~zkqueue.errors.AppendConflictError` when
+        other appenders won every try (nothing written); :class:`~zkqueue.errors.AppendUncertainError` when a
+        lost reply cannot be settled."""
+        items = self.check_items(items)
         if not items:
             return []
-        token = uuid.uuid4().hex[:12]
-        for _ in range(_CAS_TRIES):
+        base = uuid.uuid4().hex[:12]
+        lost: list[_LostTry] = []
+        for attempt in range(1, CAS_TRIES + 1):
+            token = f"{base}.{attempt}"
             ops, indexes, expect = self.plan_append(items, token)
             try:
                 results = commit(self.client, ops)
             except MultiFailed as exc:
-                if self._conflict(exc):
-                    continue
-                raise exc.error from None
+                if lost:  # the race we lost may be with our own earlier try, applied after all
+                    stored = self._find_lost(lost)[0]
+                    if stored is not None:
+                        log.info("append to %s committed before its reply was lost", self.path)
+                        return stored
+                if not self.refresh_after_conflict(exc):
+                    raise exc.error from None
+                if attempt < CAS_TRIES:
+                    cas_wait(attempt)
+                continue
             except UNKNOWN_OUTCOME as exc:
-                if self._stored_anyway(expect, token, exc):
-                    self._advance(expect)
-                    return indexes
+                lost.append((token, expect, indexes))
+                stored = self._stored_anyway(lost, exc)
+                if stored is not None:
+                    return stored
                 continue
             self.verify_append(results, ops, indexes, expect)
             return indexes
-        raise AppendUncertainError(f"append to {self.path} kept conflicting with other appenders "
-                                   f"({_CAS_TRIES} tries)", [])
+        if lost:
+            raise AppendUncertainError(f"append to {self.path}: a try lost its reply and the later ones kept "
+                                       f"conflicting ({CAS_TRIES} tries)", lost[-1][2])
+        raise AppendConflictError(f"append to {self.path} kept conflicting with other appenders "
+                                  f"({CAS_TRIES} tries); nothing was written")
 
-    def _check_items(self, items: Sequence[bytes]) -> list[bytes]:
+    def check_items(self, items: Sequence[bytes]) -> list[bytes]:
+        """``items`` as a list of bytes that fits in one append multi (with room for a few ops of a hand-off);
+        TypeError, :class:`~zkqueue.errors.ItemTooLargeError` or :class:`~zkqueue.errors.ConfigurationError`
+        otherwise."""
         if isinstance(items, (bytes, bytearray, str)):
             raise TypeError("append_many takes a sequence of bytes items, not one item")
         out = []
@@ -325,11 +360,11 @@ class JobLog:
             take, left = left[:room], left[room:]
             new_count = count + len(take)
             if first:
-                ops.append(("set", self._bucket_path(b), _count_data(new_count, token), version))
+                ops.append(("set", self.bucket_path(b), _count_data(new_count, token), version))
             else:
-                ops.append(("create", self._bucket_path(b), _count_data(new_count, token), False))
+                ops.append(("create", self.bucket_path(b), _count_data(new_count, token), False))
             for j, item in enumerate(take):
-                ops.append(("create", f"{self._bucket_path(b)}/{ENTRY_PREFIX}", item, True))
+                ops.append(("create", f"{self.bucket_path(b)}/{ENTRY_PREFIX}", item, True))
                 indexes.append(b * size + count + j)
             if left:
                 b, count, version, first = b + 1, 0, -1, False
@@ -354,8 +389,13 @@ class JobLog:
     def _advance(self, expect: _Bucket) -> None:
         self._newest = expect
 
-    def _conflict(self, exc: MultiFailed) -> bool:
-        """A failed append multi lost a race with another appender (or a prune): refresh and go again."""
+    def forget_newest(self) -> None:
+        """Drop the cached newest bucket: the next append reads it again (after an append of unknown outcome)."""
+        self._newest = None
+
+    def refresh_after_conflict(self, exc: MultiFailed) -> bool:
+        """Whether a failed multi holding :meth:`plan_append` ops lost a race with another appender (or a
+        prune); if so the cached newest bucket is read again, for the next try."""
         if isinstance(exc.error, (BadVersionError, NodeExistsError, NoNodeError)) and exc.op[1].startswith(
                 self.path + "/" + BUCKET_PREFIX) and exc.op[0] in ("set", "create"):
             try:
@@ -365,22 +405,42 @@ class JobLog:
             return True
         return False
 
-    def _stored_anyway(self, expect: _Bucket, token: str, exc: BaseException) -> bool:
-        """After a lost reply: was our multi applied? The bucket it last set carries our token."""
+    def _stored_anyway(self, lost: list[_LostTry], exc: BaseException) -> list[int] | None:
+        """After a lost reply: the indexes of ours if a try of this append was applied, else None (send again)."""
         if not wait_connected(self.client, 30.0):
             raise exc
-        try:
-            data, stat = self.client.get(self._bucket_path(expect.number))
-        except NoNodeError:
-            return False
-        _, stored_token = _parse_count(data, self._bucket_path(expect.number))
-        if stored_token == token:
-            return True
-        if stat.version > expect.version:
+        stored, version = self._find_lost(lost)
+        if stored is not None:
+            log.info("append to %s committed before its reply was lost (%r)", self.path, exc)
+            return stored
+        _, expect, indexes = lost[-1]
+        if version is not None and version > expect.version:
             raise AppendUncertainError(f"an append to {self.path} lost its reply and others followed",
-                                       []) from exc
+                                       indexes) from exc
         self._newest = None
-        return False
+        return None
+
+    def _find_lost(self, lost: list[_LostTry]) -> tuple[list[int] | None, int | None]:
+        """Whether one of the tries in ``lost`` was applied: the bucket it last set still carries its token
+        (any later append replaces it). Read after a ``sync``, so a server that lags behind the leader cannot
+        answer "not stored" for an append that was. (Its indexes or None, the version of the last try's
+        bucket or None if that bucket is missing.)"""
+        seen: dict[int, tuple[str, int] | None] = {}
+        for token, expect, indexes in lost:
+            if expect.number not in seen:
+                path = self.bucket_path(expect.number)
+                try:
+                    self.client.sync(path)
+                    data, stat = self.client.get(path)
+                    seen[expect.number] = (_parse_count(data, path)[1], stat.version)
+                except NoNodeError:
+                    seen[expect.number] = None
+            got = seen[expect.number]
+            if got is not None and got[0] == token:
+                self._advance(expect)
+                return indexes, got[1]
+        last = seen[lost[-1][1].number]
+        return None, None if last is None else last[1]
 
     # ------------------------------------------------------------------------------------------------ watch
     def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
@@ -462,7 +522,7 @@ class JobLog:
         return deleted
 
     def _delete_bucket(self, b: int, size: int) -> int:
-        path = self._bucket_path(b)
+        path = self.bucket_path(b)
         deleted = 0
         for lo in range(0, size, _PRUNE_CHUNK):
             ops: list[Op] = [("delete", f"{path}/{ENTRY_PREFIX}{s:010d}", -1)

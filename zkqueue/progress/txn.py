@@ -12,7 +12,15 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, RolledBackError, SessionExpiredError
 
+from zkqueue.jobs.retry import RetryPolicy
+
 Op = tuple[Any, ...]
+
+#: Tries of a compare-and-set loop (appends, hand-offs) before it gives up with nothing written.
+CAS_TRIES = 50
+#: Waits between those tries after a lost race: the job layer's jittered exponential backoff, 2 ms doubling up to
+#: 250 ms (about 6 s over all the tries at worst).
+CAS_BACKOFF = RetryPolicy(max_attempts=CAS_TRIES, backoff=0.002, max_backoff=0.25)
 
 #: Errors after which a request may or may not have been applied.
 UNKNOWN_OUTCOME = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
@@ -50,6 +58,11 @@ def commit(client: KazooClient, ops: list[Op]) -> list[Any]:
     if any(isinstance(r, Exception) for r in results):  # only rolled back: should not happen
         raise MultiFailed(0, results[0], ops[0])
     return list(results)
+
+
+def cas_wait(attempt: int) -> None:
+    """Sleep before compare-and-set try ``attempt + 1`` after try ``attempt`` lost a race."""
+    time.sleep(CAS_BACKOFF.delay(attempt))
 
 
 def wait_connected(client: KazooClient, timeout: float, stop: Any = None) -> bool:

@@ -20,39 +20,56 @@ log = logging.getLogger("zkqueue.progress.watch")
 
 
 class AppendWatch:
-    """Calls every registered callback after each change of the newest bucket."""
+    """Calls every registered callback after each change of the newest bucket.
+
+    At most one ``DataWatch`` is live at a time (``_generation`` names it; an older one stops at its next
+    event). When the last callback is removed the live one stops at its next event, unless a callback is added
+    before that: then it is kept, not doubled."""
 
     def __init__(self, job_log: JobLog) -> None:
         self._log = job_log
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
-        self._current: int | None = None
+        self._generation = 0
+        self._live = False  # a DataWatch of the current generation is registered and has not stopped
         self._errors = 0
 
     def add(self, callback: Callable[[], None]) -> Callable[[], None]:
         with self._lock:
             self._callbacks.append(callback)
-            start = self._current is None
+            start = not self._live
+            self._live = True
         if start:
-            self._watch_bucket(self._log._newest_bucket().number)
+            try:
+                self._watch_bucket(self._log.newest_bucket_number())
+            except BaseException:
+                with self._lock:
+                    self._live = False
+                    if callback in self._callbacks:
+                        self._callbacks.remove(callback)
+                raise
 
         def remove() -> None:
             with self._lock:
                 if callback in self._callbacks:
                     self._callbacks.remove(callback)
-                if not self._callbacks:
-                    self._current = None  # the DataWatch stops at its next event
+                # with no callbacks left the live DataWatch stops at its next event (_fired)
 
         return remove
 
     def _watch_bucket(self, b: int) -> None:
         with self._lock:
-            self._current = b
-        DataWatch(self._log.client, self._log._bucket_path(b), functools.partial(self._fired, b))
+            self._generation += 1
+            generation = self._generation
+        DataWatch(self._log.client, self._log.bucket_path(b), functools.partial(self._fired, generation, b))
 
-    def _fired(self, b: int, data: bytes | None, stat: Any, event: Any = None) -> bool:
+    def _fired(self, generation: int, b: int, data: bytes | None, stat: Any, event: Any = None) -> bool:
         with self._lock:
-            if self._current != b:
+            if generation != self._generation:
+                return False  # replaced by a newer watch
+            if not self._callbacks:
+                self._live = False
+                self._generation += 1  # an add() from now on starts a new watch
                 return False
             callbacks = list(self._callbacks)
         for cb in callbacks:
@@ -63,10 +80,8 @@ class AppendWatch:
                 log.exception("append callback of %s failed", self._log.path)
         if data is None:
             return True  # not created yet: the watch fires when it is
-        from zkqueue.progress.log import _parse_count  # noqa: PLC0415
-
         try:
-            count, _ = _parse_count(data, self._log._bucket_path(b))
+            count = self._log.bucket_count(data, b)
         except LogFormatError:
             log.error("bucket %d of %s holds %r: appends there are not watched", b, self._log.path, data[:40])
             return True
