@@ -270,6 +270,30 @@ class FaultRun:
         self.close()
 
 
+class _EnsembleOnly:
+    """What the fault functions use of a run, for scenarios that bring their own processes."""
+
+    def __init__(self, ensemble: ZooKeeperEnsemble) -> None:
+        self.ensemble = ensemble
+
+
+def strike(fault: str, ensemble: ZooKeeperEnsemble) -> None:
+    """Run one ensemble fault of :data:`FAULTS` (``leader_kill``, ...) outside a :class:`FaultRun`."""
+    FAULTS[fault](_EnsembleOnly(ensemble))
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every process still running, wait up to 30 s each, then SIGKILL what is left."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 # -------------------------------------------------------------------------------------------- the faults
 def leader_kill(run: FaultRun) -> None:
     zk = run.ensemble

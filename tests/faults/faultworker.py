@@ -36,7 +36,7 @@ class Journal:
             self._file.flush()
 
 
-def _client(cfg: dict, journal: Journal, stop: threading.Event) -> KazooClient:
+def connect(cfg: dict, journal: Journal, stop: threading.Event) -> KazooClient:
     client = KazooClient(hosts=cfg["hosts"], timeout=cfg["session_timeout"], connection_retry=dict(FAST_RECONNECT))
 
     def listener(state: str) -> None:  # kazoo's connection thread: only a line write
@@ -74,7 +74,7 @@ def produce(cfg: dict, journal: Journal, stop: threading.Event) -> None:
     if cfg.get("background"):
         produce_in_background(cfg, journal, stop)
         return
-    client = _client(cfg, journal, stop)
+    client = connect(cfg, journal, stop)
     queue = QueueBuilder.builder(client, None, StrSerializer(), cfg["queue"]).put_in_background(False).build_queue()
     queue.start()
     journal.write("ready")
@@ -101,7 +101,7 @@ def produce(cfg: dict, journal: Journal, stop: threading.Event) -> None:
 
 def produce_in_background(cfg: dict, journal: Journal, stop: threading.Event) -> None:
     """Background puts: ``put`` queues the item; the put thread's listener journals the outcome."""
-    client = _client(cfg, journal, stop)
+    client = connect(cfg, journal, stop)
     queue = QueueBuilder.builder(client, None, StrSerializer(), cfg["queue"]).build_queue()
     queue.put_listeners.add(_PutJournal(journal))
     queue.start()
@@ -121,7 +121,7 @@ def produce_in_background(cfg: dict, journal: Journal, stop: threading.Event) ->
 
 
 def consume(cfg: dict, journal: Journal, stop: threading.Event) -> None:
-    client = _client(cfg, journal, stop)
+    client = connect(cfg, journal, stop)
     item_seconds = cfg.get("item_seconds", 0.0)
 
     hold_file = cfg.get("hold_file")
@@ -151,12 +151,18 @@ def consume(cfg: dict, journal: Journal, stop: threading.Event) -> None:
     client.close()
 
 
-def main() -> None:
-    role, cfg = sys.argv[1], json.loads(sys.argv[2])
+def start_worker(cfg_json: str) -> tuple[dict, Journal, threading.Event]:
+    """A worker script's start: its config, its journal, and a stop event that SIGTERM sets."""
+    cfg = json.loads(cfg_json)
     journal = Journal(cfg["journal"])
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    {"producer": produce, "consumer": consume}[role](cfg, journal, stop)
+    return cfg, journal, stop
+
+
+def main() -> None:
+    cfg, journal, stop = start_worker(sys.argv[2])
+    {"producer": produce, "consumer": consume}[sys.argv[1]](cfg, journal, stop)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,10 @@ first attempt of that step journals ``hanging`` and sleeps for ever (the test SI
 
 from __future__ import annotations
 
-import json
-import signal
 import sys
-import threading
 import time
 
-from faultworker import Journal, _client  # type: ignore[import-not-found]
+from faultworker import connect, start_worker  # type: ignore[import-not-found]
 
 from zkqueue.flows import Flow
 from zkqueue.jobs import RetryPolicy
@@ -31,11 +28,8 @@ def define(client, cfg: dict, handler) -> Flow:  # noqa: ANN001
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
-    journal = Journal(cfg["journal"])
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    client = _client(cfg, journal, stop)
+    cfg, journal, stop = start_worker(sys.argv[1])
+    client = connect(cfg, journal, stop)
     hang = cfg.get("hang")
 
     def handler(job):  # noqa: ANN001, ANN202

@@ -7,23 +7,17 @@ job's params doubled, which the checker finds in the completed records.
 
 from __future__ import annotations
 
-import json
-import signal
 import sys
-import threading
 import time
 
-from faultworker import Journal, _client  # type: ignore[import-not-found]
+from faultworker import connect, start_worker  # type: ignore[import-not-found]
 
 from zkqueue.jobs import JobQueue, RetryPolicy
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
-    journal = Journal(cfg["journal"])
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    client = _client(cfg, journal, stop)
+    cfg, journal, stop = start_worker(sys.argv[1])
+    client = connect(cfg, journal, stop)
     jq = JobQueue(client, cfg["path"], retry=RetryPolicy(max_attempts=cfg["max_attempts"], backoff=0.1, jitter=False))
     jq.start()
 

@@ -7,23 +7,17 @@ id), ``lost`` when its session ends, ``ready`` and ``stopped``. SIGTERM stops it
 
 from __future__ import annotations
 
-import json
-import signal
 import sys
-import threading
 import time
 
-from faultworker import Journal, _client  # type: ignore[import-not-found]
+from faultworker import connect, start_worker  # type: ignore[import-not-found]
 
 from zkqueue.progress import JobLog, ProgressConsumer, RetryPolicy
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
-    journal = Journal(cfg["journal"])
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    client = _client(cfg, journal, stop)
+    cfg, journal, stop = start_worker(sys.argv[1])
+    client = connect(cfg, journal, stop)
     work = cfg.get("work_seconds", 0.002)
 
     def worker(index: int, job: bytes) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from faultrun import FAULTS  # type: ignore[import-not-found]
+from faultrun import strike  # type: ignore[import-not-found]
 
 from zkqueue import BytesSerializer, QueueBuilder
 from zkqueue.server.testing import fresh_chroot, make_client, wait_for
@@ -27,11 +27,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.spark, pytes
 SPARK_TESTS = Path(__file__).resolve().parent.parent / "spark"
 ITEMS = 2400
 CLAIM = 300
-
-
-class _Run:
-    def __init__(self, ensemble) -> None:  # noqa: ANN001
-        self.ensemble = ensemble
 
 
 def _fill(client: Any) -> None:
@@ -79,7 +74,7 @@ def test_batch_read_through_a_leader_kill_and_a_driver_killed_before_its_commit(
         try:
             wait_for(lambda: (journal_dir / "rerun-two-claims").exists() or driver.poll() is not None,
                      timeout=300, interval=0.05, message=log.read_text()[-3000:])
-            FAULTS["leader_kill"](_Run(ensemble))
+            strike("leader_kill", ensemble)
             assert driver.wait(400) == 0, log.read_text()[-5000:]
         finally:
             if driver.poll() is None:

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from faultrun import FAULTS  # type: ignore[import-not-found]
+from faultrun import strike  # type: ignore[import-not-found]
 
 from zkqueue import QueueBuilder, StrSerializer
 from zkqueue.formats import framing
@@ -25,11 +25,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(600)
 FOREGROUND_THREADS = 4
 PER_THREAD = 750
 BACKGROUND = 3000
-
-
-class _Run:
-    def __init__(self, ensemble) -> None:  # noqa: ANN001
-        self.ensemble = ensemble
 
 
 def _stored(client, path: str) -> Counter:
@@ -80,7 +75,7 @@ def test_puts_through_two_leader_kills_are_stored_exactly_once(ensemble, caplog)
             thread.start()
         for done in (FOREGROUND_THREADS * PER_THREAD // 4, FOREGROUND_THREADS * PER_THREAD // 2):
             wait_for(lambda: sum(len(r) for r in results.values()) >= done or errors, timeout=120, interval=0.05)
-            FAULTS["leader_kill"](_Run(ensemble))
+            strike("leader_kill", ensemble)
         for thread in threads:
             thread.join(300)
         assert bg.flush_puts(120)
@@ -126,7 +121,7 @@ def test_job_adds_through_a_leader_kill_are_exactly_once(ensemble) -> None:
             adder = threading.Thread(target=add_all)
             adder.start()
             wait_for(lambda: len(returned) >= 300 or errors, timeout=120, interval=0.05)
-            FAULTS["leader_kill"](_Run(ensemble))
+            strike("leader_kill", ensemble)
             adder.join(300)
             assert errors == [], errors
             assert returned == [f"job-{i:05d}" for i in range(1500)]  # none refused, none raised

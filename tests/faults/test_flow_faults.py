@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from faultrun import FAULTS  # type: ignore[import-not-found]
+from faultrun import stop_processes, strike  # type: ignore[import-not-found]
 
 from zkqueue.flows import Flow, FlowState
 from zkqueue.server.testing import fresh_chroot, make_client, wait_for
@@ -31,13 +31,6 @@ JOBS = 300
 WORKERS = 4
 STEPS = ("a", "b", "c")
 HERE = Path(__file__).parent
-
-
-class _Run:
-    """Just what the fault functions of faultrun.py use of a run."""
-
-    def __init__(self, ensemble) -> None:  # noqa: ANN001
-        self.ensemble = ensemble
 
 
 def _flow(client, path: str) -> Flow:  # noqa: ANN001
@@ -73,20 +66,9 @@ def _flow_on(ensemble, prefix: str, path: str) -> Iterator[tuple[str, Flow, list
         with _flow(client, path) as flow:
             yield hosts, flow, procs
     finally:
-        _stop(procs)
+        stop_processes(procs)
         client.stop()
         client.close()
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 def _running(flow: Flow) -> int:
@@ -101,7 +83,7 @@ def test_flows_through_a_leader_kill(ensemble, journal_dir) -> None:
         procs.extend(_worker(hosts, path, journal_dir, f"w{w}") for w in range(WORKERS))
         wait_for(lambda: JOBS - _running(flow) >= JOBS // 3, timeout=120, interval=0.2)
         killed_at = time.monotonic()
-        FAULTS["leader_kill"](_Run(ensemble))
+        strike("leader_kill", ensemble)
         wait_for(lambda: _running(flow) == 0, timeout=180, interval=0.5,
                  message=f"flow jobs still running: {_running(flow)}")
         drain_s = time.monotonic() - killed_at

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faultcheck import Journal, account, read_journal  # type: ignore[import-not-found]
-from faultrun import FAULTS  # type: ignore[import-not-found]
+from faultrun import stop_processes, strike  # type: ignore[import-not-found]
 
 from zkqueue.jobs import JobQueue, JobState, RetryPolicy
 from zkqueue.server.testing import fresh_chroot, make_client, wait_for
@@ -25,13 +25,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(600)
 JOBS = 600
 WORKERS = 4
 HERE = Path(__file__).parent
-
-
-class _Run:
-    """Just what the fault functions of faultrun.py use of a run."""
-
-    def __init__(self, ensemble) -> None:  # noqa: ANN001
-        self.ensemble = ensemble
 
 
 def test_jobs_through_a_leader_kill(ensemble, journal_dir, record_figures) -> None:
@@ -51,7 +44,7 @@ def test_jobs_through_a_leader_kill(ensemble, journal_dir, record_figures) -> No
                                               stdout=log, stderr=subprocess.STDOUT, cwd=HERE))
             wait_for(lambda: jq.counts()["completed"] >= JOBS // 3, timeout=120)
             started = time.monotonic()
-            FAULTS["leader_kill"](_Run(ensemble))
+            strike("leader_kill", ensemble)
 
             def finished() -> bool:
                 counts = jq.counts()
@@ -63,13 +56,7 @@ def test_jobs_through_a_leader_kill(ensemble, journal_dir, record_figures) -> No
             completed = {j.id: j for j in jq.completed()}
             dead = {j.id: j for j in jq.dead_letters()}
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         client.stop()
         client.close()
 

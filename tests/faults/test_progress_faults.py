@@ -24,7 +24,7 @@ import pytest
 from kazoo.recipe.watchers import DataWatch
 
 from faultcheck import read_journal  # type: ignore[import-not-found]
-from faultrun import FAULTS  # type: ignore[import-not-found]
+from faultrun import stop_processes, strike  # type: ignore[import-not-found]
 
 from zkqueue.errors import ProgressFencedError
 from zkqueue.progress import JobLog, ProgressConsumer, RetryPolicy
@@ -35,13 +35,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(300)
 HERE = Path(__file__).parent
 JOBS = 500
 LOG, PROGRESS = "/logs/blocks", "/progress/verifier"
-
-
-class _Run:
-    """Just what the fault functions of faultrun.py use of a run."""
-
-    def __init__(self, ensemble) -> None:  # noqa: ANN001
-        self.ensemble = ensemble
 
 
 class _Stored:
@@ -81,17 +74,6 @@ def _spawn(hosts: str, journal_dir: Path, name: str, work: float = 0.01) -> subp
                             stderr=subprocess.STDOUT, cwd=HERE)
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def _check(stored: _Stored, done: dict[int, float], head: int) -> None:
     """Exact accounting of one run (see the module docstring)."""
     assert set(done) == set(range(1, head + 1)), f"never finished: {sorted(set(range(1, head + 1)) - set(done))[:10]}"
@@ -127,7 +109,7 @@ def test_progress_failover_when_the_active_process_is_killed(ensemble, journal_d
         wait_for(lambda: stored.last() == JOBS, timeout=90, interval=0.1,
                  message=f"progress stuck at {stored.last()} after the kill")
     finally:
-        _stop(list(procs.values()))
+        stop_processes(list(procs.values()))
         client.stop()
         client.close()
     journals = {n: read_journal(journal_dir / f"{n}.jsonl").events for n in procs}
@@ -144,12 +126,12 @@ def test_progress_through_a_zookeeper_leader_kill(ensemble, journal_dir) -> None
     procs = [_spawn(hosts, journal_dir, name, work=0.04) for name in ("q0", "q1")]
     try:
         wait_for(lambda: stored.last() >= JOBS // 4, timeout=60, interval=0.05)
-        FAULTS["leader_kill"](_Run(ensemble))
+        strike("leader_kill", ensemble)
         assert stored.last() < JOBS  # the kill landed mid-run
         wait_for(lambda: stored.last() == JOBS, timeout=120, interval=0.1,
                  message=f"progress stuck at {stored.last()} after the leader kill")
     finally:
-        _stop(procs)
+        stop_processes(procs)
         client.stop()
         client.close()
     journals = [read_journal(journal_dir / f"{n}.jsonl").events for n in ("q0", "q1")]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from faultrun import FAULTS  # type: ignore[import-not-found]
+from faultrun import strike  # type: ignore[import-not-found]
 
 from zkqueue import BytesSerializer, QueueBuilder
 from zkqueue.server.testing import fresh_chroot, make_client, wait_for
@@ -24,11 +24,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.spark, pytes
 
 SPARK_TESTS = Path(__file__).resolve().parent.parent / "spark"
 ITEMS = 3000
-
-
-class _Run:
-    def __init__(self, ensemble) -> None:  # noqa: ANN001
-        self.ensemble = ensemble
 
 
 def test_stream_source_through_a_leader_kill(ensemble, journal_dir) -> None:
@@ -53,7 +48,7 @@ def test_stream_source_through_a_leader_kill(ensemble, journal_dir) -> None:
             commits = journal_dir / "chk" / "commits"
             wait_for(lambda: commits.exists() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 2,
                      timeout=240, interval=0.05, message=log.read_text()[-3000:])
-            FAULTS["leader_kill"](_Run(ensemble))
+            strike("leader_kill", ensemble)
             assert driver.wait(400) == 0, log.read_text()[-5000:]
         finally:
             if driver.poll() is None:
