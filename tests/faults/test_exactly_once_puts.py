@@ -37,7 +37,7 @@ def _stored(client, path: str) -> Counter:
 
 
 def test_puts_through_two_leader_kills_are_stored_exactly_once(ensemble, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="zkqueue.engine.put_markers")
+    caplog.set_level(logging.INFO, logger="zkqueue.engine.put_markers")
     hosts = fresh_chroot(ensemble.connect_string, "/exactly-once-")
     client = make_client(hosts, timeout=10.0)
     fg = QueueBuilder.builder(client, None, StrSerializer(), "/q").put_in_background(False).build_queue()

@@ -267,8 +267,9 @@ class MarkedBatch:
             except CONNECTION_ERRORS:
                 continue  # lost again: wait for the next connection
             fate = self._lane.fate(ticket)
-            log.warning("%s: reply lost (%r); marker %s says it %s", self._what, exc, self._lane.path,
-                        "committed" if fate else "did not commit: sending it again")
+            # INFO: settled, nothing for anyone to do (the connection's loss is the queue's one WARNING line)
+            log.info("%s: reply lost (%r); marker %s says it %s", self._what, exc, self._lane.path,
+                     "committed" if fate else "did not commit: sending it again")
         return fate
 
 
