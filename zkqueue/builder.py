@@ -160,6 +160,14 @@ class QueueBuilder(Generic[T]):
         self._options["producer_id"] = check_producer_id(producer_id)
         return self
 
+    def put_outcome_wait(self, seconds: float) -> "QueueBuilder[T]":
+        """How long a put whose reply was lost waits for ZooKeeper to learn its outcome (default 60 s) before
+        raising :class:`~zkqueue.errors.PutOutcomeUnknown`."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+            raise ConfigurationError(f"put_outcome_wait must be > 0 seconds, got {seconds!r}")
+        self._options["put_outcome_wait"] = float(seconds)
+        return self
+
     # -- build
     def build_queue(self) -> DistributedQueue[T]:
         return DistributedQueue(self._client, self._consumer, self._serializer, self._queue_path, **self._options)

@@ -77,3 +77,36 @@ def test_reclaim_deletes_markers_untouched_for_the_grace_period_except_its_own(z
 def test_bad_producer_ids_are_refused(zk_client, bad: str) -> None:
     with pytest.raises(ConfigurationError, match="producer_id"):
         QueueBuilder.builder(zk_client, None, StrSerializer(), "/pm/bad").producer_id(bad)
+
+
+def test_a_put_whose_reply_is_lost_while_zookeeper_stays_away_raises_put_outcome_unknown(zk_server, zk_chroot,
+                                                                                       zk_client) -> None:
+    """The put goes out through a proxy that then stalls: its reply never comes and no connection can be made
+    within put_outcome_wait, so the put raises PutOutcomeUnknown with its marker; once ZooKeeper is back,
+    put_committed answers it from any session."""
+    from kazoo.client import KazooClient
+
+    from zkqueue import PutOutcomeUnknown
+    from zkqueue.server.testing_proxy import TcpProxy
+
+    if "," in zk_server.connect_string:
+        pytest.skip("the proxy fronts a single server")
+    zk_client.ensure_path("/pm/away")
+    with TcpProxy(zk_server.connect_string) as proxy:
+        client = KazooClient(hosts=proxy.connect_string + zk_chroot, timeout=4.0)
+        client.start(timeout=30)
+        try:
+            q = (QueueBuilder.builder(client, None, StrSerializer(), "/pm/away").put_in_background(False)
+                 .producer_id("away").put_outcome_wait(3.0).build_queue())
+            with q:
+                assert q.put("before") is True
+                proxy.stall()  # the next request is not delivered, and no reply comes
+                with pytest.raises(PutOutcomeUnknown) as caught:
+                    q.put("lost")
+                assert caught.value.marker == "/pm/away-producers/away.fg" and caught.value.batch == 2
+                proxy.heal()
+        finally:
+            client.stop()
+            client.close()
+    assert put_committed(zk_client, caught.value.marker, caught.value.batch) is ("lost" in items(zk_client, "/pm/away"))
+    assert items(zk_client, "/pm/away").count("before") == 1

@@ -116,6 +116,7 @@ class DistributedQueue(Generic[T]):
         claim_hook: ClaimHook | None = None,
         large_items: LargeItems | None = None,
         producer_id: str | None = None,
+        put_outcome_wait: float = 60.0,
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
@@ -212,7 +213,7 @@ class DistributedQueue(Generic[T]):
             self._ctx, serializer, self.put_listeners, background=self._put_in_background, max_items=max_items,
             check_started=self._check_started,
             blobs=BlobWriter(self._ctx, large_items) if large_items is not None else None,
-            producer_id=producer_id,
+            producer_id=producer_id, settle_wait=float(put_outcome_wait),
         )
         self._blob_reaper = BlobReaper(self._ctx, large_items) if large_items is not None else None
         self._cache: ChildrenCache | None = None
