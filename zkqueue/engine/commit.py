@@ -13,18 +13,17 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from kazoo.exceptions import ConnectionLoss, NoAuthError, OperationTimeoutError, SessionExpiredError
+from kazoo.exceptions import NoAuthError
 
 from zkqueue.errors import QueuePermissionError
 from zkqueue.transport import protocol
+from zkqueue.transport.requests import CONNECTION_ERRORS
 
 if TYPE_CHECKING:
     from zkqueue.engine.context import QueueContext
 
 log = logging.getLogger("zkqueue.engine.commit")
 
-#: Errors meaning "we lost the connection; the outcome of the request is unknown".
-CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 #: Most ops we put in one multi (ZooKeeper has no op-count limit; this keeps one request's latency sane).
 MAX_OPS_PER_MULTI = 1000
 #: Room left in a multi for headers beyond what :func:`op_size` counts.

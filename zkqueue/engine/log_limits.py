@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from kazoo.exceptions import ConnectionClosedError
 
-from zkqueue.engine.commit import CONNECTION_ERRORS as _COMMIT_RETRIED
+from zkqueue.transport.requests import CONNECTION_ERRORS as _COMMIT_RETRIED
 
 log = logging.getLogger("zkqueue.engine.log_limits")
 

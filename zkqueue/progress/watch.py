@@ -7,16 +7,27 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kazoo.recipe.watchers import DataWatch
 
 from zkqueue.errors import LogFormatError
 
-if TYPE_CHECKING:
-    from zkqueue.progress.log import JobLog
-
 log = logging.getLogger("zkqueue.progress.watch")
+
+
+class WatchedLog(Protocol):
+    """What an :class:`AppendWatch` uses of its :class:`~zkqueue.progress.log.JobLog`."""
+
+    client: Any
+    path: str
+    bucket_size: int
+
+    def newest_bucket_number(self) -> int: ...
+
+    def bucket_path(self, bucket: int) -> str: ...
+
+    def bucket_count(self, data: bytes, bucket: int) -> int: ...
 
 
 class AppendWatch:
@@ -26,7 +37,7 @@ class AppendWatch:
     event). When the last callback is removed the live one stops at its next event, unless a callback is added
     before that: then it is kept, not doubled."""
 
-    def __init__(self, job_log: JobLog) -> None:
+    def __init__(self, job_log: WatchedLog) -> None:
         self._log = job_log
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()

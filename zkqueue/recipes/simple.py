@@ -19,15 +19,15 @@ import threading
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError, SessionExpiredError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from zkqueue.formats import naming
+from zkqueue.transport.requests import CONNECTION_ERRORS
 from zkqueue.errors import ConfigurationError, NoSuchElementError
 
 log = logging.getLogger("zkqueue.recipes.simple")
 
-_CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 #: Longest single wait while disconnected before looking at the connection again.
 _DISCONNECTED_RECHECK = 1.0
 
@@ -141,7 +141,7 @@ class SimpleDistributedQueue:
                 disconnected = False
                 try:
                     data = self._head(remove=True, watch=on_watch)
-                except _CONNECTION_ERRORS as exc:
+                except CONNECTION_ERRORS as exc:
                     log.debug("take on %s: %r; waiting for the connection", self._path, exc)
                     data, disconnected = None, True
                 if data is not None:

@@ -12,9 +12,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from zkqueue.transport.ops import CreateOp, _to_request
+
+#: Errors meaning "we lost the connection; the outcome of the request is unknown".
+CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 
 __all__ = ["call", "create"]
 
