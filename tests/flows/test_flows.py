@@ -381,3 +381,148 @@ def test_an_unreadable_flow_record_drops_its_step_jobs_once(zk_client) -> None:
             flow.get("garbled")
         with pytest.raises(QueueStateError):
             flow.wait("unknown", timeout=1)
+
+
+def test_an_add_whose_reply_was_lost_after_the_job_finished_does_not_run_it_again(zk_client, monkeypatch) -> None:
+    """The add commits, its reply is lost, and workers finish the whole flow job before the add looks again: the
+    add knows its own write by its token (in any state) and returns the id; nothing runs twice."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from zkqueue.flows import flow as flow_module
+
+    ran: list[str] = []
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("one", lambda job: ran.append("one") or 1, next="two")
+    flow.step("two", lambda job: ran.append("two") or 2)
+    real_commit = flow_module.commit
+    lost = []
+
+    def commit_then_lose_the_reply(client, ops):  # noqa: ANN001, ANN202
+        result = real_commit(client, ops)
+        if not lost:
+            lost.append(result.ok)
+            with flow.work():
+                assert flow.wait("lost", timeout=30).state is FlowState.COMPLETED
+            raise ConnectionLoss("the reply was lost")
+        return result
+
+    with flow:
+        monkeypatch.setattr(flow_module, "commit", commit_then_lose_the_reply)
+        assert flow.add({}, job_id="lost") == "lost"
+        monkeypatch.setattr(flow_module, "commit", real_commit)
+        job = flow.get("lost")
+        assert lost == [True]
+        assert job.state is FlowState.COMPLETED and job.run == 1
+        assert done_once(job) == {"one": 1, "two": 1} and ran == ["one", "two"]
+        assert all(c == {"queued": 0, "active": 0, "retrying": 0} for c in flow.counts()["steps"].values())
+        assert flow.stats()["one"]["added"] == 1
+        assert flow.add({}, job_id="lost") == "lost" and flow.get("lost").run == 2  # a new add runs it again
+
+
+def test_stats_count_adds_hand_offs_retries_and_deaths_per_step(zk_client) -> None:
+    calls = {"flaky": 0}
+
+    def flaky(job):  # noqa: ANN001, ANN202
+        calls["flaky"] += 1
+        if calls["flaky"] == 1:
+            raise ValueError("once")
+        return "ok"
+
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("start", lambda job: 0, next=["flaky", "bad"])
+    flow.step("flaky", flaky)
+    flow.step("bad", raises(ValueError("always")), on_failure="continue")
+    assert flow.stats() == {s: {"added": 0, "completed": 0, "retried": 0, "dead_lettered": 0}
+                            for s in ("start", "flaky", "bad")}
+    with flow:
+        flow.add({}, job_id="counted")
+        with flow.work():
+            job = flow.wait("counted", timeout=30)
+        assert job.state is FlowState.COMPLETED
+        assert flow.stats() == {
+            "start": {"added": 1, "completed": 1, "retried": 0, "dead_lettered": 0},
+            "flaky": {"added": 1, "completed": 1, "retried": 1, "dead_lettered": 0},
+            "bad": {"added": 1, "completed": 0, "retried": 2, "dead_lettered": 1},
+        }
+
+
+def test_finished_flow_records_are_reaped_and_history_is_capped(zk_client, monkeypatch) -> None:
+    from zkqueue.flows import model
+    from zkqueue.jobs import Keep
+
+    monkeypatch.setattr(model, "MAX_HISTORY", 5)
+    flow = Flow(zk_client, PATH, retry=FAST, keep=Keep(count=2, age=None))
+    flow.step("loop", lambda job: Next("loop", job.attempt) if len(job.results) == 0 and
+              job.data.setdefault("n", 0) < 0 else None)
+    loops = {"n": 0}
+
+    def again(job):  # noqa: ANN001, ANN202
+        loops["n"] += 1
+        return Next("again" if loops["n"] < 12 else None, loops["n"])
+
+    flow.step("again", again)
+    flow.step("slow", lambda job: time.sleep(30))
+    with flow:
+        flow.add({}, job_id="looping", step="again")
+        for i in range(4):
+            flow.add({}, job_id=f"done-{i}", step="loop")
+        with flow.work():
+            looped = flow.wait("looping", timeout=30)
+            for i in range(4):
+                flow.wait(f"done-{i}", timeout=30)
+        assert looped.state is FlowState.COMPLETED and loops["n"] == 12
+        assert len(looped.history) == 5 and looped.history_dropped == 7
+        assert len(zk_client.get(flow.paths.flow("looping"))[0]) < 4096
+        zk_client.create(flow.paths.flow("running"), model.FlowRecord("running", FlowState.RUNNING, {},
+                                                                      updated_ms=0).encode())
+        assert flow.reap() == 3  # 5 finished, 2 kept (the newest); the running one is never reaped
+        kept = sorted(j.id for j in flow.jobs())
+        assert "running" in kept and len(kept) == 3 and flow.reap() == 0
+    with pytest.raises(ConfigurationError):
+        Flow(zk_client, PATH, keep=10)  # type: ignore[arg-type]
+
+
+def test_the_reaper_runs_while_workers_run(zk_client) -> None:
+    from zkqueue.jobs import Keep
+
+    flow = Flow(zk_client, PATH, retry=FAST, keep=Keep(count=0, age=None), reap_interval=0.1)
+    flow.step("only", lambda job: "x")
+    with flow:
+        flow.add({}, job_id="gone")
+        with flow.work():
+            wait_for(lambda: flow.get("gone") is None, timeout=20)
+        assert flow.reaped == 1
+
+
+def test_read_only_open_creates_nothing_and_the_cli_maps_errors(zk_client, zk_hosts) -> None:
+    from click.testing import CliRunner
+    from kazoo.security import make_digest_acl
+
+    from zkqueue.ops.cli import main
+
+    with pytest.raises(QueueStateError):
+        Flow.open_existing(zk_client, "/no/such/flow")
+    assert zk_client.exists("/no/such") is None
+    runner = CliRunner()
+    for args in (["get", "/no/such/flow", "x"], ["counts", "/no/such/flow"]):
+        got = runner.invoke(main, ["flows", args[0], "--connect", zk_hosts, *args[1:]])
+        assert got.exit_code == 1 and "no flow at /no/such/flow" in got.output, got.output
+        assert got.exc_info is None or isinstance(got.exc_info[1], SystemExit)
+    assert zk_client.exists("/no/such") is None
+    flow = Flow(zk_client, PATH)
+    flow.step("only", lambda job: "x")
+    with flow:
+        flow.add({}, job_id="ro")
+    ro = Flow.open_existing(zk_client, PATH)
+    try:
+        assert ro.get("ro").pending == ["only"] and ro.counts()["steps"]["only"]["queued"] == 1
+        with pytest.raises(QueueStateError):
+            ro.add({})
+        with pytest.raises(QueueStateError):
+            ro.work()
+    finally:
+        ro.close()
+    zk_client.create("/locked-flow")
+    zk_client.create("/locked-flow/flows", b"", acl=[make_digest_acl("app", "secret", all=True)])
+    refused = runner.invoke(main, ["flows", "counts", "--connect", zk_hosts, "/locked-flow"])
+    assert refused.exit_code == 4 and "not allowed" in refused.output, refused.output

@@ -125,3 +125,29 @@ def test_grafana_dashboard_uses_the_exported_metrics() -> None:
     for name in ("zkqueue_pending", "zkqueue_in_flight", "zkqueue_puts_total", "zkqueue_consumed_total",
                  "zkqueue_dead_lettered_total", "zkqueue_handler_seconds_bucket", "zkqueue_latency_seconds_bucket"):
         assert name in exprs
+
+
+def test_flow_metrics_count_flow_jobs_and_each_step(zk_client) -> None:
+    from zkqueue.flows import Flow
+
+    registry = CollectorRegistry()
+    flow = Flow(zk_client, "/m/flow")
+    flow.step("a", lambda job: job.params["n"] + 1, next="b")
+    flow.step("b", lambda job: job.results["a"] * 2)
+    with flow:
+        for i in range(3):
+            flow.add({"n": i}, job_id=f"f{i}", step="a")
+        metrics.instrument(flow, registry=registry)
+        server = metrics.serve(0, "127.0.0.1", registry)
+        try:
+            with flow.work(concurrency=2):
+                for i in range(3):
+                    assert flow.wait(f"f{i}", timeout=30).results == {"a": i + 1, "b": 2 * (i + 1)}
+            values = scrape(server.server_port)
+        finally:
+            server.shutdown()
+    assert values[("zkqueue_flow_jobs", "/m/flow")] == 3
+    for step in ("a", "b"):
+        assert values[("zkqueue_pending", f"/m/flow/steps/{step}")] == 0
+        assert values[("zkqueue_consumed_total", f"/m/flow/steps/{step}")] == 3
+    assert values[("zkqueue_puts_total", "/m/flow/steps/a")] == 3

@@ -131,12 +131,12 @@ def advance(defn: Definition, rec: FlowRecord, name: str, ending: Ending, entry:
     results = dict(rec.results)
     data = {**rec.data, **(ending.data or {})}
     errors = (rec.errors + ending.errors)[-model.MAX_ERRORS * max(1, len(defn.steps)):]
-    history = rec.history + (entry,)
+    history = rec.with_entry(entry)
     steps[name] = model.DONE if ending.ok else model.FAILED
     if ending.ok:
         results[name] = ending.result
     if rec.state is not FlowState.RUNNING:  # a step that was running when the flow job failed
-        return rec.changed(steps=steps, results=results, data=data, errors=errors, history=history), [], []
+        return rec.changed(steps=steps, results=results, data=data, errors=errors, **history), [], []
     state = FlowState.RUNNING
     queue: list[str] = []
     cancel: list[str] = []
@@ -164,7 +164,7 @@ def advance(defn: Definition, rec: FlowRecord, name: str, ending: Ending, entry:
                     steps[join.name] = model.QUEUED
         if not queue and not any(status == model.QUEUED for status in steps.values()):
             state = FlowState.COMPLETED
-    new = rec.changed(state=state, steps=steps, results=results, data=data, errors=errors, history=history)
+    new = rec.changed(state=state, steps=steps, results=results, data=data, errors=errors, **history)
     return new, queue, cancel
 
 
@@ -172,4 +172,4 @@ def cancelled(rec: FlowRecord, entry: HistoryEntry) -> FlowRecord:
     """The record of a failed flow job after its queued step ``entry.step`` was dropped."""
     steps = dict(rec.steps)
     steps[entry.step] = model.CANCELLED
-    return rec.changed(steps=steps, history=rec.history + (entry,))
+    return rec.changed(steps=steps, **rec.with_entry(entry))

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.recipe.watchers import DataWatch
 
 from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.errors import ConfigurationError, CorruptItemError, QueueClosedError, QueueNotStartedError, QueueStateError
@@ -19,10 +20,15 @@ from zkqueue.flows.handoff import Handoff, wait_connected
 from zkqueue.flows.model import FlowJob, FlowRecord, FlowState
 from zkqueue.flows.worker import FlowWorker
 from zkqueue.formats import naming
-from zkqueue.jobs import JobQueue, RetryPolicy, names
+from zkqueue.jobs import JobQueue, Keep, RetryPolicy, names
 from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.flows.flow")
+
+
+def commit(client: KazooClient, ops: list[Any]) -> Any:
+    """Send one multi of :meth:`Flow.add` (a seam: tests make its reply get lost)."""
+    return protocol.run_multi(client, ops)
 
 
 class Flow:
@@ -30,11 +36,13 @@ class Flow:
 
     ``retry`` is the default :class:`~zkqueue.jobs.RetryPolicy` of every step; ``acl`` the ACL of every node the
     flow creates. Params, results and the shared ``data`` are stored as JSON in the flow record (one node, so
-    under ZooKeeper's 1 MiB packet limit).
+    under ZooKeeper's 1 MiB packet limit; its history keeps the last ``model.MAX_HISTORY`` entries). ``keep``
+    bounds the finished (COMPLETED or FAILED) flow records kept, by count and age (default: the job layer's
+    ``Keep()``; None keeps them all); while workers run, :meth:`reap` runs every ``reap_interval`` seconds.
     """
 
     def __init__(self, client: KazooClient, path: str, *, retry: RetryPolicy | None = None,
-                 acl: Sequence[Any] | None = None) -> None:
+                 acl: Sequence[Any] | None = None, keep: Keep | None = Keep(), reap_interval: float = 60.0) -> None:
         if client is None:
             raise ConfigurationError("client is required")
         self.client = client
@@ -45,12 +53,23 @@ class Flow:
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigurationError(f"retry must be a RetryPolicy, got {self.retry!r}")
         self._acl = list(acl) if acl is not None else None
+        if keep is not None and not isinstance(keep, Keep):
+            raise ConfigurationError(f"keep must be a Keep or None, got {keep!r}")
+        if isinstance(reap_interval, bool) or not isinstance(reap_interval, (int, float)) or reap_interval <= 0:
+            raise ConfigurationError(f"reap_interval must be seconds > 0, got {reap_interval!r}")
+        self.keep = keep
+        self._reap_interval = float(reap_interval)
+        self._reaper: threading.Thread | None = None
+        self._reaper_stop = threading.Event()
+        self.reaped = 0  # finished flow records deleted by reap()
         self.definition = Definition()
         self.handoff = Handoff(client, self.paths, self.definition, lambda name: self.queue(name).paths, self._acl)
         self._queues: dict[str, JobQueue] = {}
         self._workers: list[FlowWorker] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # no ZooKeeper I/O while it is held
+        self._start_lock = threading.Lock()  # starts step queues made after the flow started, one at a time
         self._state = "new"
+        self._create = True  # False: opened read-only by start(create=False)
         self.unreadable = 0  # flow records the last jobs() could not read
 
     # ------------------------------------------------------------------------------------------ definition
@@ -74,35 +93,54 @@ class Flow:
         return step.retry or self.retry
 
     def queue(self, name: str) -> JobQueue:
-        """The job queue of step ``name`` (for its ``counts()``)."""
+        """The job queue of step ``name`` (for its ``counts()``). Made after the flow started (and not read-only),
+        it is started too."""
         with self._lock:
             jq = self._queues.get(name)
-            if jq is None:
-                check_name(name)
-                step = self.definition.steps.get(name)
-                retry = self.retry_of(step) if step is not None else self.retry
-                jq = JobQueue(self.client, self.paths.step(name), retry=retry, acl=self._acl, reap_interval=3600.0,
-                              on_exhausted=self.handoff.exhausted(name))
-                self._queues[name] = jq
-                if self._state == "started":
-                    jq.start()
-            return jq
+            if jq is not None:
+                return jq
+            check_name(name)
+            step = self.definition.steps.get(name)
+            retry = self.retry_of(step) if step is not None else self.retry
+            jq = JobQueue(self.client, self.paths.step(name), retry=retry, acl=self._acl, reap_interval=3600.0,
+                          on_exhausted=self.handoff.exhausted(name))
+            self._queues[name] = jq
+            start = self._state == "started" and self._create
+        if start:
+            with self._start_lock:  # I/O outside Flow._lock
+                jq.start()
+        return jq
 
     # ------------------------------------------------------------------------------------------ lifecycle
-    def start(self) -> None:
-        """Check the steps and create the flow's nodes (a flow without steps can still be looked at)."""
+    def start(self, *, create: bool = True) -> None:
+        """Check the steps and create the flow's nodes (a flow without steps can still be looked at). With
+        ``create=False`` the flow is opened read-only: nothing is created (``QueueStateError`` if there is no flow
+        at its path), and only :meth:`get`, :meth:`wait`, :meth:`jobs`, :meth:`counts` and :meth:`stats` work."""
         if self._state != "new":
             raise QueueStateError(f"flow {self.paths.root} was started already")
         self.definition.check()
-        for path in (self.paths.flows, self.paths.steps, self.paths.limits):
-            self.client.ensure_path(path, acl=self._acl)
+        if create:
+            for path in (self.paths.flows, self.paths.steps, self.paths.limits):
+                self.client.ensure_path(path, acl=self._acl)
+        elif self.client.exists(self.paths.flows) is None:
+            raise QueueStateError(f"no flow at {self.paths.root}")
         with self._lock:
             self._state = "started"
+            self._create = create
             queues = list(self._queues.values())
+        if not create:
+            return
         for jq in queues:  # made before the start (e.g. by queue()); the others start when made
             jq.start()
         for name in self.definition.steps:
             self.queue(name)
+
+    @classmethod
+    def open_existing(cls, client: KazooClient, path: str) -> Flow:
+        """The flow at ``path``, opened read-only (``start(create=False)``): nothing is created; close() it."""
+        flow = cls(client, path)
+        flow.start(create=False)
+        return flow
 
     def close(self) -> None:
         """Stop every worker (running steps end first), then the step queues. Idempotent."""
@@ -110,6 +148,10 @@ class Flow:
             workers, self._workers = self._workers, []
             self._state = "closed"
             queues = list(self._queues.values())
+            reaper, self._reaper = self._reaper, None
+        self._reaper_stop.set()
+        if reaper is not None and reaper is not threading.current_thread():
+            reaper.join(10.0)
         for worker in workers:
             worker.stop()
         for jq in queues:
@@ -128,36 +170,54 @@ class Flow:
                 raise QueueClosedError(f"flow {self.paths.root} is closed")
             raise QueueNotStartedError(f"flow {self.paths.root} is not started; use `with flow:` or start()")
 
+    def _check_writable(self) -> None:
+        self._check_started()
+        if not self._create:
+            raise QueueStateError(f"flow {self.paths.root} was opened read-only")
+
     # ------------------------------------------------------------------------------------------ adding
     def add(self, params: Any, job_id: str | None = None, *, step: str | None = None) -> str | None:
         """Start a flow job at ``step`` (default: the first step defined) with ``params`` (JSON); return its id, or
-        None while a flow job with that id is running (it is left as it is). A finished id runs again."""
-        self._check_started()
+        None while a flow job with that id is running (it is left as it is). A finished id runs again. Each add
+        stores its own token in the flow record: after a lost reply, it reads the record again (synced) and
+        knows its own write whatever state the job reached meanwhile, so the job does not run twice."""
+        self._check_writable()
         job_id = uuid.uuid4().hex if job_id is None else job_id
         names.node_id(job_id)  # checks the id
         if not self.definition.steps:
             raise ConfigurationError("the flow has no steps")
         first = self.definition.step(step) if step is not None else next(iter(self.definition.steps.values()))
         created = model.now_ms()
+        token = uuid.uuid4().hex
+        step_paths = self.queue(first.name).paths
+        lost = False  # a multi of ours may have committed without our hearing of it
         for attempt in range(20):
-            # The first try expects a new id (one round trip); after a failure it looks at what is there.
-            read = store.read(self.client, self.paths, job_id) if attempt > 0 else None
-            if read is not None and read[0].state is FlowState.RUNNING:
-                if read[0].created_ms == created:
-                    return job_id  # our own add, whose reply was lost
-                return None
-            run = read[0].run + 1 if read is not None else 1
-            rec = FlowRecord(job_id, FlowState.RUNNING, params, run, steps={first.name: model.QUEUED},
-                             created_ms=created, updated_ms=created)
-            ops = [store.write_op(self.paths, rec, read[1] if read is not None else None, self._acl)]
-            ops += store.queue_ops(self.client, [self.queue(first.name).paths], job_id, run, self._acl,
-                                   stale=attempt > 0)
             try:
-                result = protocol.run_multi(self.client, ops)
-            except CONNECTION_ERRORS:
+                # The first try expects a new id (one round trip); after a failure it looks at what is there.
+                read = None
+                if attempt > 0:
+                    if lost:
+                        self.client.sync(self.paths.flow(job_id))  # see every write that committed before
+                    read = store.read(self.client, self.paths, job_id)
+                if read is not None and read[0].add_token == token:
+                    log.info("flow job %s: the add's reply was lost but it had committed", job_id)
+                    self.handoff.counts.count(first.name, "added")
+                    return job_id  # our own add, whatever state the job reached since
+                if read is not None and read[0].state is FlowState.RUNNING:
+                    return None
+                run = read[0].run + 1 if read is not None else 1
+                rec = FlowRecord(job_id, FlowState.RUNNING, params, run, steps={first.name: model.QUEUED},
+                                 created_ms=created, updated_ms=created, add_token=token)
+                ops = [store.write_op(self.paths, rec, read[1] if read is not None else None, self._acl)]
+                ops += store.queue_ops(self.client, [step_paths], job_id, run, self._acl, stale=attempt > 0)
+                result = commit(self.client, ops)
+            except CONNECTION_ERRORS as exc:
+                log.warning("adding flow job %s lost its connection (%r); checking", job_id, exc)
+                lost = True
                 wait_connected(self.client)
                 continue
             if result.ok:
+                self.handoff.counts.count(first.name, "added")
                 return job_id
             if result.failed_index == 0 and isinstance(result.failure, (NodeExistsError, BadVersionError)):
                 continue  # another add (or the end of the earlier run) got there first: look again
@@ -170,7 +230,7 @@ class Flow:
     def work(self, concurrency: int = 1, steps: Sequence[str] | None = None) -> FlowWorker:
         """Run ``concurrency`` worker threads for each step (or only ``steps``) until :meth:`FlowWorker.stop`, the
         end of its ``with`` block, or close()."""
-        self._check_started()
+        self._check_writable()
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if isinstance(steps, str):
@@ -182,7 +242,41 @@ class Flow:
         worker = FlowWorker(self, chosen, concurrency)
         with self._lock:
             self._workers.append(worker)
+            reaper = None
+            if self.keep is not None and self._reaper is None:
+                reaper = self._reaper = threading.Thread(target=self._reap_forever, daemon=True,
+                                                         name=f"zkqueue-flow-reaper-{self.paths.root}")
+        if reaper is not None:
+            reaper.start()
         return worker
+
+    # ------------------------------------------------------------------------------------------ keeping
+    def reap(self) -> int:
+        """Delete the finished flow records beyond ``keep`` now (the oldest first; running ones never); return
+        how many. Workers run it every ``reap_interval`` seconds."""
+        self._check_writable()
+        if self.keep is None:
+            return 0
+        deleted = store.reap(self.client, self.paths, self.keep)
+        if deleted:
+            self.reaped += deleted
+            log.info("reaped %d finished flow record(s) of %s", deleted, self.paths.root)
+        return deleted
+
+    def _reap_forever(self) -> None:
+        while not self._reaper_stop.wait(self._reap_interval):
+            try:
+                self.reap()
+            except Exception:
+                log.warning("reaping the flow records of %s failed; again in %.0fs", self.paths.root,
+                            self._reap_interval, exc_info=True)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """What this instance did so far, per step: ``added`` (step jobs queued by its :meth:`add` and by its
+        hand-offs), ``completed``, ``retried`` (a failed attempt with another to come) and ``dead_lettered`` (the
+        step is dead), decided and committed by its workers. Counters for :mod:`zkqueue.metrics`, like
+        :meth:`JobQueue.stats() <zkqueue.jobs.JobQueue.stats>`; no I/O."""
+        return self.handoff.counts.snapshot(self.definition.steps)
 
     # ------------------------------------------------------------------------------------------ looking
     def get(self, job_id: str) -> FlowJob | None:
@@ -195,18 +289,28 @@ class Flow:
         ``timeout`` seconds, :class:`~zkqueue.errors.QueueStateError` for an unknown id."""
         deadline = None if timeout is None else time.monotonic() + timeout
         path = self.paths.flow(job_id)
-        while True:
-            changed = threading.Event()
-            stat = self.client.exists(path, watch=lambda _event: changed.set())
-            if stat is None:
-                raise QueueStateError(f"no flow job {job_id!r} in {self.paths.root}")
-            job = self.get(job_id)
-            if job is not None and job.state.finished:
-                return job
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"flow job {job_id!r} still running after {timeout}s (pending: {job.pending})")
-            changed.wait(1.0 if left is None else min(left, 1.0))
+        changed = threading.Event()
+        stopped = threading.Event()
+
+        def on_change(_data: Any, _stat: Any) -> bool:
+            changed.set()
+            return not stopped.is_set()  # False ends the watch
+
+        DataWatch(self.client, path, on_change)  # one watch for the whole wait (re-armed by kazoo on each change)
+        try:
+            while True:
+                changed.clear()
+                job = self.get(job_id)
+                if job is None:
+                    raise QueueStateError(f"no flow job {job_id!r} in {self.paths.root}")
+                if job.state.finished:
+                    return job
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"flow job {job_id!r} still running after {timeout}s (pending: {job.pending})")
+                changed.wait(1.0 if left is None else min(left, 1.0))
+        finally:
+            stopped.set()
 
     def jobs(self) -> list[FlowJob]:
         """Every flow job kept (running and finished), the most recently updated first; unreadable records are

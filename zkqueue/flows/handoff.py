@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -65,6 +66,29 @@ def wait_connected(client: Any, timeout: float = RECONNECT_WAIT) -> bool:
     return bool(client.connected)
 
 
+class StepCounts:
+    """What one Flow instance did, per step (thread-safe): step jobs ``added`` (by :meth:`Flow.add` and by
+    hand-offs that queued them), and step ends it committed: ``completed``, ``retried``, ``dead_lettered``."""
+
+    KEYS = ("added", "completed", "retried", "dead_lettered")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, dict[str, int]] = {}
+
+    def count(self, step: str, key: str, n: int = 1) -> None:
+        with self._lock:
+            by_key = self._counts.setdefault(step, dict.fromkeys(self.KEYS, 0))
+            by_key[key] += n
+
+    def snapshot(self, steps: Any = ()) -> dict[str, dict[str, int]]:
+        """{step: {key: n}} for ``steps`` (zeros if nothing counted) and every step counted."""
+        with self._lock:
+            out = {s: dict.fromkeys(self.KEYS, 0) for s in steps}
+            out.update({s: dict(c) for s, c in self._counts.items()})
+        return out
+
+
 def step_errors(step: str, record: Record) -> tuple[StepError, ...]:
     return tuple(StepError(step, e.attempt, e.error, e.at_ms) for e in record.errors)
 
@@ -81,6 +105,7 @@ class Handoff:
         self._acl = acl
         self.skipped = 0  # step jobs dropped without a flow record to go with (counted, logged)
         self.races = 0  # hand-offs built again after another one changed the flow record first
+        self.counts = StepCounts()
 
     def read(self, job_id: str) -> tuple[FlowRecord, int] | None:
         """The flow record of ``job_id`` and its version; None if it is gone or unreadable (logged, counted: its
@@ -99,8 +124,9 @@ class Handoff:
         return HistoryEntry(ref.step, status, ref.record.attempts, ref.record.updated_ms, model.now_ms(), token)
 
     def _build(self, ref: StepRef, ending: Ending | None, token: str, read: tuple[FlowRecord, int] | None,
-               stale: bool = True) -> list[Any]:
-        """The multi ending ``ref``: ``ending`` None drops it (its flow job failed or is gone)."""
+               stale: bool = True, tally: dict[str, Any] | None = None) -> list[Any]:
+        """The multi ending ``ref``: ``ending`` None drops it (its flow job failed or is gone). When the step's
+        end goes into the flow record, ``tally`` gets what to count once it commits (see :meth:`_tally`)."""
         fence = self._fence_ops(ref)
         if read is None:
             return fence
@@ -117,8 +143,18 @@ class Handoff:
         ops = fence + [store.write_op(self._paths, new, version, self._acl)]
         ops += store.queue_ops(self._client, [self._step_paths(n) for n in queue], rec.id, rec.run, self._acl,
                                stale=stale)
-        ops += store.cancel_ops(self._client, [self._step_paths(n) for n in cancel if n != ref.step], rec.id)
+        ops += store.cancel_ops(self._client, [self._step_paths(n) for n in cancel if n != ref.step], rec.id,
+                                self._acl)
+        if tally is not None:
+            tally.update(step=ref.step, key="completed" if ending.ok else "dead_lettered", queued=queue)
         return ops
+
+    def _tally(self, tally: dict[str, Any]) -> None:
+        """Count a committed step end that :meth:`_build` described in ``tally`` (:class:`StepCounts`)."""
+        if tally:
+            self.counts.count(tally["step"], tally["key"])
+            for name in tally["queued"]:
+                self.counts.count(name, "added")
 
     # ------------------------------------------------------------------------------------------ committing
     def end(self, ref: StepRef, ending: Ending | None, read: Any = UNREAD) -> str:
@@ -128,12 +164,15 @@ class Handoff:
         token = uuid.uuid4().hex[:16]
         ambiguous = False
         stale = False  # the first try expects no leftover step records of an earlier run (a failure looks)
+        tally: dict[str, Any] = {}  # what the last multi built would count
         for attempt in range(MAX_TRIES):
             if attempt > 0 or read is UNREAD:
                 read = self.read(ref.job_id)
             if ambiguous and read is not None and read[0].committed(token):
+                self._tally(tally)
                 return OK
-            ops, fence_len = self._build(ref, ending, token, read, stale), 1
+            tally = {}
+            ops, fence_len = self._build(ref, ending, token, read, stale, tally), 1
             if ref.ack_ops is not None:
                 ops, first = ref.ack_ops(ops)
                 fence_len += first
@@ -148,12 +187,14 @@ class Handoff:
                 if read is None:
                     self.skipped += 1
                     log.warning("step %s of flow job %s has no flow record: dropped", ref.step, ref.job_id)
+                self._tally(tally)
                 return OK
             failed = result.failed_index
             if failed is not None and (failed < fence_len or failed == len(ops) - 1):
                 if ambiguous:
                     again = self.read(ref.job_id)
                     if again is not None and again[0].committed(token):
+                        self._tally(tally)
                         return OK
                 log.info("step %s of flow job %s is no longer ours (%r): nothing committed", ref.step, ref.job_id,
                          result.failure)
@@ -178,6 +219,9 @@ class Handoff:
                         record.id, record.attempts)
             read = self.read(record.id)
             ending = Ending(ok=False, errors=step_errors(step, dead)[-1:])
-            return Completion.ack(extra_ops=self._build(ref, ending, uuid.uuid4().hex[:16], read))
+            tally: dict[str, Any] = {}
+            ops = self._build(ref, ending, uuid.uuid4().hex[:16], read, tally=tally)
+            self._tally(tally)  # decided here; it commits with the claim
+            return Completion.ack(extra_ops=ops)
 
         return on_exhausted

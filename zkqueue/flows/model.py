@@ -3,7 +3,8 @@ Pure, no I/O.
 
 A flow record is one JSON node: the params, the run number (a finished id added again starts run n+1), every
 step's status in this run, the steps' results, their errors, the shared ``data`` and the history (one entry per
-finished step: when it was claimed and finished, its attempts, and the token of the hand-off that committed it).
+finished step: when it was claimed and finished, its attempts, and the token of the hand-off that committed it; the
+last :data:`MAX_HISTORY` entries are kept, older ones only counted) and the token of the add that started the run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from zkqueue.errors import CorruptItemError, SerializationError
 
 #: Errors kept per step (the latest ones).
 MAX_ERRORS = 10
+#: History entries kept per flow record (the latest ones; older ones are only counted in ``history_dropped``), so
+#: a ``Next`` loop cannot grow the record past ZooKeeper's 1 MiB limit.
+MAX_HISTORY = 200
 
 # Step statuses in a flow record.
 QUEUED = "queued"  # queued, running or waiting for a retry
@@ -93,6 +97,8 @@ class FlowRecord:
     history: tuple[HistoryEntry, ...] = ()
     created_ms: int = field(default_factory=now_ms)
     updated_ms: int = field(default_factory=now_ms)
+    add_token: str = ""  # the token of the add that started this run (how a lost add reply is answered)
+    history_dropped: int = 0  # history entries dropped (the oldest) to keep the record bounded
 
     def encode(self) -> bytes:
         doc = {
@@ -100,7 +106,8 @@ class FlowRecord:
             "results": self.results, "data": self.data,
             "errors": [[e.step, e.attempt, e.error, e.at_ms] for e in self.errors],
             "history": [[h.step, h.status, h.attempts, h.started_ms, h.finished_ms, h.token] for h in self.history],
-            "created_ms": self.created_ms, "updated_ms": self.updated_ms,
+            "created_ms": self.created_ms, "updated_ms": self.updated_ms, "add": self.add_token,
+            "history_dropped": self.history_dropped,
         }
         try:
             return json.dumps(doc, separators=(",", ":")).encode()
@@ -119,12 +126,20 @@ class FlowRecord:
                 history=tuple(HistoryEntry(str(s), str(st), int(a), int(b), int(f), str(t))
                               for s, st, a, b, f, t in doc["history"]),
                 created_ms=int(doc["created_ms"]), updated_ms=int(doc["updated_ms"]),
+                add_token=str(doc.get("add", "")), history_dropped=int(doc.get("history_dropped", 0)),
             )
         except Exception as exc:
             raise CorruptItemError(f"not a flow record: {exc!r}") from exc
 
     def changed(self, **changes: Any) -> FlowRecord:
         return replace(self, updated_ms=now_ms(), **changes)
+
+    def with_entry(self, entry: HistoryEntry) -> dict[str, Any]:
+        """The ``history`` and ``history_dropped`` changes that append ``entry``, keeping the last
+        :data:`MAX_HISTORY` entries."""
+        history = self.history + (entry,)
+        over = max(0, len(history) - MAX_HISTORY)
+        return {"history": history[over:], "history_dropped": self.history_dropped + over}
 
     @property
     def pending(self) -> list[str]:
@@ -152,6 +167,7 @@ class FlowJob:
     run: int = 1  # 1 for the first run of this id, n+1 when a finished id was added again
     created_at: float = 0.0
     updated_at: float = 0.0
+    history_dropped: int = 0  # the oldest history entries dropped (the record keeps the last MAX_HISTORY)
 
     @classmethod
     def of(cls, record: FlowRecord) -> FlowJob:
@@ -159,7 +175,7 @@ class FlowJob:
                    errors=list(record.errors), history=list(record.history), params=record.params,
                    data=dict(record.data), steps=dict(record.steps), run=record.run,
                    created_at=record.created_ms / 1000.0,
-                   updated_at=record.updated_ms / 1000.0)
+                   updated_at=record.updated_ms / 1000.0, history_dropped=record.history_dropped)
 
 
 @dataclass

@@ -16,12 +16,14 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from zkqueue.engine.commit import create_op, delete_op
-from zkqueue.engine.leases import held_items
-from zkqueue.flows.model import FlowRecord
+from zkqueue.engine.leases import held_items, removal_ops
+from zkqueue.errors import CorruptItemError
+from zkqueue.flows.model import FlowRecord, now_ms
 from zkqueue.formats import naming
 from zkqueue.jobs import names
 from zkqueue.jobs import store as job_store
 from zkqueue.jobs.model import JobState, Record
+from zkqueue.jobs.reaper import Keep
 from zkqueue.transport import protocol
 
 
@@ -91,11 +93,17 @@ def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: 
     return ops
 
 
-def cancel_ops(client: Any, step_paths: list[job_store.Paths], job_id: str) -> list[Any]:
-    """Ops that drop ``job_id``'s queued (not running) step jobs in ``step_paths``: the items and their records
-    (the record version-checked, so a claim that got there first wins)."""
+def cancel_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, acl: Any = None) -> list[Any]:
+    """Ops that drop ``job_id``'s queued (not running) step jobs in ``step_paths``: the items, each by a guarded
+    delete (the engine's :func:`~zkqueue.engine.leases.removal_ops`: the multi fails if a consumer claims it
+    meanwhile, and the hand-off builds again), and their records (version-checked, so a claim that got there
+    first wins). A step whose job record is gone has nothing queued and is not listed."""
     ops: list[Any] = []
     for sp in step_paths:
+        try:
+            _data, stat = client.get(sp.record(job_id))
+        except NoNodeError:
+            continue
         items = [n for n in client.get_children(sp.queue) if (p := names.parse_item(n)) and p.job_id == job_id]
         if not items:
             continue
@@ -103,10 +111,40 @@ def cancel_ops(client: Any, step_paths: list[job_store.Paths], job_id: str) -> l
         free = [n for n in items if n not in held]
         if not free:
             continue
-        try:
-            _data, stat = client.get(sp.record(job_id))
-        except NoNodeError:
-            continue
-        ops.extend(delete_op(naming.join(sp.queue, n)) for n in free)
+        for name in free:
+            ops.extend(removal_ops(sp.queue, sp.locks, name, curator_names=False, acl=acl))
         ops.append(delete_op(sp.record(job_id), stat.version))
     return ops
+
+
+def reap(client: Any, paths: Paths, keep: Keep) -> int:
+    """Delete the finished (COMPLETED or FAILED) flow records beyond ``keep`` (the oldest first, by their last
+    update; version-checked, so a record added again meanwhile stays); running ones are never touched. Lists and
+    reads the records only when their number is over ``keep.count`` or an age bound is set. Returns how many."""
+    stat = client.exists(paths.flows)
+    if stat is None or stat.numChildren == 0:
+        return 0
+    if keep.age is None and (keep.count is None or stat.numChildren <= keep.count):
+        return 0
+    children = client.get_children(paths.flows)
+    found = [naming.join(paths.flows, n) for n in children]
+    finished: list[tuple[int, str, int]] = []
+    for path, res in zip(found, protocol.multi_read(client, found)):
+        if isinstance(res, BaseException):
+            continue
+        try:
+            rec = FlowRecord.decode(res[0])
+        except CorruptItemError:
+            continue  # left for an operator to look at
+        if rec.state.finished:
+            finished.append((rec.updated_ms, path, res[1].version))
+    finished.sort()
+    doomed: list[tuple[str, int]] = []
+    if keep.age is not None:
+        cutoff = now_ms() - int(keep.age * 1000)
+        doomed = [(path, version) for updated, path, version in finished if updated < cutoff]
+    if keep.count is not None and len(finished) - len(doomed) > keep.count:
+        kept = [(path, version) for _updated, path, version in finished[len(doomed):]]
+        doomed += kept[: len(kept) - keep.count]
+    replies = [protocol.send_multi(client, [delete_op(path, version)]) for path, version in doomed]
+    return sum(1 for r in replies if r.result().ok)

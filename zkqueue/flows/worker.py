@@ -192,6 +192,7 @@ class FlowWorker:
                         record.id, record.attempts, policy.max_attempts, type(exc).__name__, exc, delay)
             held.finish(job_store.retry(self._flow.queue(step.name).paths, record, held.version,
                                         now_ms() + int(delay * 1000), errors))
+            self._flow.handoff.counts.count(step.name, "retried")
             self._count()
             return
         log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,

@@ -96,7 +96,9 @@ class InstrumentedCollector(Collector):
             counters = [(self.name, "jobs", job_counters(target.stats()))]
         else:
             rows = flow_depth(target.client, target.paths.root)
-            counters = [(row.path, "jobs", job_counters(target.queue(row.path.rsplit("/", 1)[-1]).stats()))
+            stats = target.stats()  # per step, counted by this Flow: no step queue is made (or started) here
+            zero = {"added": 0, "completed": 0, "retried": 0, "dead_lettered": 0}
+            counters = [(row.path, "jobs", job_counters(stats.get(row.path.rsplit("/", 1)[-1], zero)))
                         for row in rows if row.kind == "jobs"]
         if self.kind != "flow":
             rows[0].path = self.name

@@ -1,4 +1,5 @@
-"""``zkqueue flows ...``: look at the flow jobs of a flow (:mod:`zkqueue.flows`)."""
+"""``zkqueue flows ...``: look at the flow jobs of a flow (:mod:`zkqueue.flows`), read-only. Errors are one line
+and an exit code: 1 no such flow or flow job, 3 no server, 4 not allowed (auth/ACL)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,40 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
+from kazoo.exceptions import NoAuthError, NoNodeError
 
-from zkqueue.errors import ZkQueueError
-from zkqueue.ops.connect import client_for
+from zkqueue.engine.commit import CONNECTION_ERRORS
+from zkqueue.errors import QueuePermissionError, ZkQueueError
+from zkqueue.ops.connect import NoServer, client_for
 
 log = logging.getLogger("zkqueue.ops.flows_cli")
 
 
+class NotAllowed(click.ClickException):
+    """Refused by ZooKeeper's ACLs: exit code 4."""
+
+    exit_code = 4
+
+
 @contextlib.contextmanager
 def _flow(connect: str, auth: str | None, acl: str | None, path: str) -> Iterator[Any]:
+    """The flow at ``path``, opened read-only (nothing is created); ZooKeeper errors become one line and an exit
+    code: 1 no such flow (or another refusal), 3 no server, 4 not allowed."""
     from zkqueue.flows import Flow  # noqa: PLC0415
 
-    client = client_for(connect, auth, acl)
+    client = client_for(connect, auth, acl)  # exits 3 when no server answers
     try:
-        with Flow(client, path) as flow:  # no steps: it only looks
+        flow = Flow.open_existing(client, path)
+        try:
             yield flow
+        finally:
+            flow.close()
+    except (QueuePermissionError, NoAuthError) as exc:
+        raise NotAllowed(f"not allowed to read {path}: check --auth and the ACLs") from exc
+    except CONNECTION_ERRORS as exc:
+        raise NoServer(f"lost the connection to ZooKeeper ({type(exc).__name__})") from exc
+    except NoNodeError as exc:
+        raise click.ClickException(f"no flow at {path} (no such node: {exc})") from exc
     except ZkQueueError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
