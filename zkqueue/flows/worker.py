@@ -19,19 +19,31 @@ import threading
 import traceback as tb
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from zkqueue.errors import ConfigurationError, SerializationError
 from zkqueue.flows import handoff, store
-from zkqueue.flows.definition import Ending, Step
-from zkqueue.flows.handoff import StepRef, step_errors
+from zkqueue.flows.definition import Definition, Ending, Step
+from zkqueue.flows.handoff import Handoff, StepRef, step_errors
 from zkqueue.flows.model import FlowState, Next, StepJob
+from zkqueue.jobs import JobQueue, RetryPolicy
 from zkqueue.jobs import store as job_store
 from zkqueue.jobs.model import now_ms
 from zkqueue.jobs.scope import HeldJob
 
-if TYPE_CHECKING:
-    from zkqueue.flows.flow import Flow
+
+
+class WorkedFlow(Protocol):
+    """What :class:`FlowWorker` uses of its :class:`~zkqueue.flows.flow.Flow`."""
+
+    client: Any
+    paths: store.Paths
+    definition: Definition
+    handoff: Handoff
+
+    def queue(self, name: str) -> JobQueue: ...
+
+    def retry_of(self, step: Step) -> RetryPolicy: ...
 
 log = logging.getLogger("zkqueue.flows.worker")
 
@@ -42,7 +54,7 @@ POLL_SECONDS = 0.25
 class FlowWorker:
     """Running workers of a flow; :meth:`stop` (or leaving the ``with`` block) lets running steps finish."""
 
-    def __init__(self, flow: Flow, steps: list[Step], concurrency: int) -> None:
+    def __init__(self, flow: WorkedFlow, steps: list[Step], concurrency: int) -> None:
         self._flow = flow
         self._stop = threading.Event()
         self._lock = threading.Lock()
