@@ -123,3 +123,22 @@ def test_metrics_exporter_serves_depths(zk_hosts: str, zk_client) -> None:
         proc.terminate()
         _out, err = proc.communicate(timeout=30)
     assert "Traceback" not in err
+
+
+def test_a_server_lost_mid_command_exits_3_without_traceback(zk_server, zk_chroot, zk_client, monkeypatch) -> None:
+    import threading
+
+    from zkqueue.server.testing_proxy import TcpProxy
+
+    put_items(zk_client, "/w/lost", ["a"])
+    monkeypatch.setenv("ZKQUEUE_CONNECT_TIMEOUT", "2")  # how long a command waits for a lost server
+    with TcpProxy(zk_server.connect_string.split(",")[0]) as proxy:
+        timer = threading.Timer(1.0, proxy.drop)  # the server goes away while watch refreshes
+        timer.start()
+        try:
+            out = invoke("watch", "--connect", proxy.connect_string + zk_chroot, "/w/lost", "--interval", "0.1",
+                         "--count", "100000")
+        finally:
+            timer.cancel()
+    assert out.exit_code == 3, (out.output, out.exception)
+    assert "lost the connection to ZooKeeper" in out.output

@@ -137,7 +137,7 @@ def test_dashboard_in_a_browser_shows_depths_and_retries_a_dead_job(zk_hosts: st
                                                                     tmp_path: Path) -> None:
     put(zk_client, "/queues/mail", ["a", "b"])
     make_dead_job(zk_client, "/queues/jobs", "send-42")
-    with dashboard(zk_hosts, "--allow-actions") as url, chromium(tmp_path) as browser:
+    with dashboard(zk_hosts, "--allow-actions", "--auth", "ops:secret") as url, chromium(tmp_path) as browser:
         browser.open(url + "/")
         cell = "document.querySelector('tr[data-path=\"/queues/mail\"] [data-field=pending]')"
         assert browser.eval(f"{cell}.textContent.trim()") == "2"
@@ -155,6 +155,7 @@ def test_dashboard_in_a_browser_shows_depths_and_retries_a_dead_job(zk_hosts: st
         wait_for(lambda: "requeued 1 dead job" in (browser.eval("document.body && document.body.textContent") or ""),
                  timeout=20, interval=0.2, message="the retry did not report back")
         browser.screenshot(tmp_path / "retried.png")
+    zk_client.add_auth("digest", "ops:secret")  # the requeued record carries the dashboard user's ACL
     job = JobQueue(zk_client, "/queues/jobs").get("send-42")
     assert job is not None and job.state is JobState.QUEUED
     assert (tmp_path / "overview.png").stat().st_size > 1000
@@ -178,3 +179,74 @@ def test_actions_are_refused_unless_allowed(zk_client) -> None:
     forged = create_app(zk_client, root="/queues", allow_actions=True).test_client().post(
         "/action/retry", data={"path": "/queues/jobs", "job_id": "send-7", "token": "forged"})
     assert forged.status_code == 403
+
+
+def test_paths_outside_the_root_are_refused(zk_client) -> None:
+    from zkqueue.ops.dashboard.app import create_app
+
+    put(zk_client, "/queues/mail", ["a"])
+    put(zk_client, "/elsewhere/secret", ["s3cret"])
+    make_dead_job(zk_client, "/elsewhere/jobs", "other-1")
+    web = create_app(zk_client, root="/queues").test_client()
+    assert web.get("/queue?path=/queues/mail").status_code == 200
+    for url in ("/queue?path=/elsewhere/secret", "/queue?path=/queuesX", "/queue?path=/queues/../elsewhere/secret",
+                "/job?path=/elsewhere/jobs&id=other-1", "/chart.svg?path=/elsewhere/secret"):
+        refused = web.get(url)
+        assert refused.status_code == 404, url
+        assert "outside the dashboard root /queues" in refused.get_data(as_text=True), url
+    assert "s3cret" not in web.get("/queue?path=/elsewhere/secret").get_data(as_text=True)
+
+
+def test_actions_only_on_existing_job_queues_under_the_root(zk_client) -> None:
+    from zkqueue.ops.dashboard.app import create_app
+
+    put(zk_client, "/queues/plain", ["a"])
+    make_dead_job(zk_client, "/elsewhere/jobs", "other-1")
+    app = create_app(zk_client, root="/queues", allow_actions=True, auth_user="app")
+    web = app.test_client()
+    before = sorted(zk_client.get_children("/queues"))
+    token = app.config["ZKQ_TOKEN"]
+    outside = web.post("/action/purge-dead", data={"path": "/elsewhere/jobs", "token": token})
+    assert outside.status_code == 404
+    assert JobQueue(zk_client, "/elsewhere/jobs").get("other-1").state is JobState.DEAD
+    for action in ("retry", "purge-dead", "redrive"):
+        missing = web.post(f"/action/{action}", data={"path": "/queues/nothing/here", "token": token})
+        assert missing.status_code == 404, action
+        assert zk_client.exists("/queues/nothing") is None, action  # nothing created
+    for action in ("retry", "purge-dead"):
+        plain = web.post(f"/action/{action}", data={"path": "/queues/plain", "token": token})
+        assert plain.status_code == 404 and "no job queue at /queues/plain" in plain.get_data(as_text=True)
+    assert [n for n in zk_client.get_children("/queues/plain") if not n.startswith("queue-")] == []
+    assert web.post("/action/redrive", data={"path": "/queues", "token": token}).status_code == 404
+    assert sorted(zk_client.get_children("/queues")) == before  # no queue- or -quarantine node created
+
+
+def test_the_head_peek_is_clamped(zk_client) -> None:
+    from zkqueue.ops.dashboard.app import create_app
+    from zkqueue.ops.dashboard.views import MAX_PEEK
+
+    put(zk_client, "/queues/big", [str(i) for i in range(MAX_PEEK + 20)])
+    web = create_app(zk_client, root="/queues").test_client()
+
+    def rows(n: str) -> int:
+        page = web.get(f"/queue?path=/queues/big&n={n}")
+        assert page.status_code == 200
+        head = page.get_data(as_text=True).split('<table id="head">')[1].split("</table>")[0]
+        return head.count("<tr><td><code>")
+
+    assert len(zk_client.get_children("/queues/big")) == MAX_PEEK + 20
+    assert rows("3") == 3
+    assert rows("100000") == MAX_PEEK
+    assert rows("0") == 1
+    assert web.get("/queue?path=/queues/big&n=lots").status_code == 400
+
+
+def test_allow_actions_without_auth_is_a_usage_error() -> None:
+    from click.testing import CliRunner
+
+    from zkqueue.ops.cli import main
+
+    out = CliRunner().invoke(main, ["dashboard", "--connect", "127.0.0.1:1", "--allow-actions"],
+                             env={"ZKQUEUE_AUTH": ""})
+    assert out.exit_code == 2, out.output
+    assert "--allow-actions needs --auth" in out.output and "Traceback" not in out.output

@@ -8,13 +8,16 @@ import pytest
 
 from zkqueue.engine.log_limits import Failover, RepeatLimiter
 from zkqueue.jobs import JobQueue, RetryPolicy
-from zkqueue.jobs.outcomes import JOB_ERRORS
 from zkqueue.server.testing import wait_for
 
 
-def test_a_poison_job_logs_one_traceback_and_a_count(zk_client, caplog: pytest.LogCaptureFixture) -> None:
-    attempts = 60
-    before = JOB_ERRORS.total()
+def test_a_poison_job_logs_one_traceback_a_count_and_its_death(zk_client, caplog: pytest.LogCaptureFixture,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from zkqueue.jobs import outcomes
+
+    attempts = 30
+    limiter = RepeatLimiter(window=60.0, clock=lambda: 0.0)  # a frozen clock: every attempt is in one window
+    monkeypatch.setattr(outcomes, "JOB_ERRORS", limiter)
     caplog.set_level(logging.INFO, logger="zkqueue")
     with JobQueue(zk_client, "/quiet/jobs", retry=RetryPolicy(max_attempts=attempts, backoff=0.0,
                                                               max_backoff=0.0, jitter=False)) as jq:
@@ -29,9 +32,33 @@ def test_a_poison_job_logs_one_traceback_and_a_count(zk_client, caplog: pytest.L
     records = [r for r in caplog.records if r.name == "zkqueue.jobs.outcomes" and r.levelno >= logging.WARNING]
     with_traceback = [r for r in records if r.exc_info]
     assert len(with_traceback) == 1, [r.getMessage() for r in records]
-    assert "ValueError" in caplog.text
-    assert len(records) == 1
-    assert JOB_ERRORS.total() - before == attempts - 1
+    assert "again in" in with_traceback[0].getMessage() and "ValueError" in caplog.text
+    deaths = [r for r in records if "dead letters" in r.getMessage()]
+    assert len(deaths) == 1 and deaths[0].levelno == logging.WARNING and not deaths[0].exc_info
+    assert "poison" in deaths[0].getMessage() and "/quiet/jobs" in deaths[0].getMessage()
+    assert len(records) == 2
+    assert limiter.total() == attempts - 2  # the retries after the first one; the death is not limited
+
+
+def test_a_death_is_shown_even_right_after_a_retry_of_the_same_error(zk_client, caplog: pytest.LogCaptureFixture,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from zkqueue.jobs import outcomes
+
+    monkeypatch.setattr(outcomes, "JOB_ERRORS", RepeatLimiter(window=60.0, clock=lambda: 0.0))
+    caplog.set_level(logging.INFO, logger="zkqueue")
+    with JobQueue(zk_client, "/quiet/deaths", retry=RetryPolicy(max_attempts=2, backoff=0.0, max_backoff=0.0,
+                                                                jitter=False)) as jq:
+        for i in range(3):
+            jq.add({"x": i}, job_id=f"j{i}")
+
+        def handle(job):
+            raise ValueError("always")
+
+        with jq.work(handle):
+            wait_for(lambda: jq.counts()["dead"] == 3, timeout=60, message="the jobs never died")
+    deaths = [r for r in caplog.records if r.name == "zkqueue.jobs.outcomes" and "dead letters" in r.getMessage()]
+    assert sorted(r.getMessage().split()[1] for r in deaths) == ["j0", "j1", "j2"]
+    assert all(r.levelno == logging.WARNING for r in deaths)
 
 
 def test_repeat_limiter_shows_again_after_the_window_with_the_count() -> None:

@@ -18,8 +18,9 @@ from zkqueue.jobs.retry import RetryPolicy
 
 log = logging.getLogger("zkqueue.jobs.outcomes")
 
-#: Failed jobs: each distinct error (type and raise site, per job queue) logs its traceback once a minute; the
-#: repeats are counted (``JOB_ERRORS.repeats()``) and the job's record keeps every error and traceback.
+#: Retried jobs: each distinct error (type and raise site, per job queue) logs its traceback once a minute; the
+#: repeats are counted (``JOB_ERRORS.repeats()``) and the job's record keeps every error and traceback. A job that
+#: goes to the dead letters always logs one WARNING line of its own (no traceback), not limited.
 JOB_ERRORS = RepeatLimiter()
 
 
@@ -66,9 +67,10 @@ class JobOutcomes:
                              level=logging.WARNING, scope=self._paths.root)
             self.count("retried")
             return store.retry(self._paths, record, claimed.version, now_ms() + int(delay * 1000), errors)
-        JOB_ERRORS.error(log, error, "job %s failed (attempt %d of %d): %s: %s; it goes to the dead letters",
-                         record.id, record.attempts, self._retry.max_attempts, type(error).__name__, error,
-                         level=logging.WARNING, scope=self._paths.root)
+        # Its own line, always shown (a death is rare and needs attention), whatever the retries of the same error
+        # logged before; the traceback is in the job's record (zkqueue jobs show / the dashboard).
+        log.warning("job %s of %s failed (attempt %d of %d): %s: %s; it goes to the dead letters", record.id,
+                    self._paths.root, record.attempts, self._retry.max_attempts, type(error).__name__, error)
         self.count("dead_lettered")
         return store.finish(self._paths, record, claimed.version, JobState.DEAD, self._acl, errors=errors)
 

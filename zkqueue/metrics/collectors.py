@@ -4,15 +4,25 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from kazoo.exceptions import ConnectionLoss
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from zkqueue.engine.log_limits import DEFAULT_WINDOW, RepeatLimiter, is_connection_error
 from zkqueue.ops.depth import Depth, depths, flow_depth, job_depth, queue_depth
 
 log = logging.getLogger("zkqueue.metrics.collectors")
+
+#: Scrape errors: each distinct error (type and raise site, per queue) is logged with its traceback once a minute,
+#: the repeats are counted. A connection error is expected during a failover: WARNING.
+SCRAPE_ERRORS = RepeatLimiter()
+_warned: dict[str, float] = {}  # queue -> when its connection error was last logged at WARNING
+_warned_lock = threading.Lock()
 
 LABELS = ["queue", "kind"]
 
@@ -61,6 +71,35 @@ def counter_families(rows: Iterable[tuple[str, str, dict[str, int]]]) -> list[Me
     return list(families.values())
 
 
+def scrape_failed(name: str, exc: BaseException) -> None:
+    """Log a failed read of ``name`` during a scrape: a connection error (expected during a failover) as one
+    WARNING line without traceback at most once per window, anything else with its traceback once per window
+    (both counted by the caller in ``zkqueue_scrape_errors_total``)."""
+    if not is_connection_error(exc):
+        SCRAPE_ERRORS.error(log, exc, "metrics of %s: cannot read it (%s: %s); its gauges are left out of this "
+                            "scrape", name, type(exc).__name__, exc, level=logging.WARNING, scope=name)
+        return
+    now = time.monotonic()
+    with _warned_lock:
+        shown = now - _warned.get(name, -DEFAULT_WINDOW) >= DEFAULT_WINDOW
+        if shown:
+            _warned[name] = now
+    if shown:
+        log.warning("metrics of %s: ZooKeeper cannot be reached (%s); its gauges are left out of the scrapes until "
+                    "it can (repeats within %.0f s logged at DEBUG)", name, type(exc).__name__, DEFAULT_WINDOW)
+    else:
+        log.debug("metrics of %s: ZooKeeper cannot be reached (%s)", name, type(exc).__name__)
+
+
+def scrape_errors_family(rows: Iterable[tuple[str, str, int]]) -> Metric:
+    """``zkqueue_scrape_errors_total`` of (queue, kind, failed scrapes) rows."""
+    family = CounterMetricFamily("zkqueue_scrape_errors", "Scrapes that could not read a queue from ZooKeeper "
+                                 "(its other metrics were left out of them).", labels=LABELS)
+    for path, kind, value in rows:
+        family.add_metric([path, kind], value)
+    return family
+
+
 def queue_counters(stats: Any) -> dict[str, int]:
     """Counter values of a :class:`~zkqueue.engine.stats.QueueStats`."""
     return {"puts": stats.put_ok, "consumed": stats.consumed, "errors": stats.consumer_errors,
@@ -81,11 +120,42 @@ class InstrumentedCollector(Collector):
         self.target = target
         self.kind = _kind(target)
         self.name = name or (target.queue_path if self.kind == "queue" else target.paths.root)
+        #: Scrapes of this target that failed to read ZooKeeper (``zkqueue_scrape_errors_total``).
+        self.scrape_errors = 0
 
     def describe(self) -> list[Metric]:
         return []  # nothing at registration: no scrape then, and several queues may share the metric names
 
     def collect(self) -> Iterator[Metric]:
+        """The target's counters and gauges; if ZooKeeper cannot be read (a ConnectionLoss during a failover, a
+        NoAuth), the error is logged (rate-limited) and counted in ``zkqueue_scrape_errors_total``, this target's
+        gauges are left out of this scrape (its own counters still shown), and the registry's other metrics are
+        still served."""
+        try:
+            if not self.target.client.connected:  # fail fast: a scrape must not wait for the client to reconnect
+                raise ConnectionLoss("the client is not connected to ZooKeeper")
+            families = list(self._families())
+        except Exception as exc:  # noqa: BLE001 - one unreadable target must not fail the whole /metrics page
+            self.scrape_errors += 1
+            scrape_failed(self.name, exc)
+            families = self._own_counters()
+        yield from families
+        yield scrape_errors_family([(self.name, self.kind, self.scrape_errors)])
+
+    def _own_counters(self) -> list[Metric]:
+        """This process's counters of a queue or job queue (from its ``stats()``, no ZooKeeper read): what a scrape
+        can still show while ZooKeeper cannot be read. None for a flow (its counters are per step, found in
+        ZooKeeper)."""
+        try:
+            if self.kind == "queue":
+                return counter_families([(self.name, "queue", queue_counters(self.target.stats()))])
+            if self.kind == "jobs":
+                return counter_families([(self.name, "jobs", job_counters(self.target.stats()))])
+        except Exception as exc:  # noqa: BLE001 - as above
+            log.debug("metrics of %s: no counters either: %r", self.name, exc)
+        return []
+
+    def _families(self) -> Iterator[Metric]:
         target = self.target
         if self.kind == "queue":
             rows = [queue_depth(target.client, target.queue_path, lock_path=target.lock_path,
@@ -127,6 +197,7 @@ class DepthCollector(Collector):
     def __init__(self, client: Any, paths: Sequence[str]) -> None:
         self.client = client
         self.paths = list(paths)
+        self.scrape_errors: dict[str, int] = {}
 
     def describe(self) -> list[Metric]:
         return []
@@ -135,7 +206,11 @@ class DepthCollector(Collector):
         rows: list[Depth] = []
         for path in self.paths:
             try:
+                if not self.client.connected:  # fail fast: a scrape must not wait for the client to reconnect
+                    raise ConnectionLoss("the client is not connected to ZooKeeper")
                 rows.extend(depths(self.client, path))
             except Exception as exc:  # noqa: BLE001 - one bad path must not end the scrape
-                log.warning("cannot read the depth of %s: %s", path, exc)
+                self.scrape_errors[path] = self.scrape_errors.get(path, 0) + 1
+                scrape_failed(path, exc)
         yield from gauge_families(rows)
+        yield scrape_errors_family([(path, "", self.scrape_errors.get(path, 0)) for path in self.paths])

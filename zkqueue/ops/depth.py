@@ -106,14 +106,17 @@ def find_queues(client: KazooClient, root: str, max_depth: int = 3) -> list[tupl
     return sorted(found)
 
 
-def _held(client: KazooClient, queue_path: str, lock_path: str, count: int) -> tuple[int, int, bool, list[str]]:
-    """(in flight, consumers, exact, item names if listed) of a queue."""
+def _held(client: KazooClient, queue_path: str, lock_path: str, count: int) -> tuple[set[str], int, int, bool,
+                                                                                    list[str]]:
+    """(the held item names if listed, in flight, consumers, exact, item names if listed) of a queue: the lock
+    directory is listed once."""
     locks = children(client, lock_path)
     fences = sum(1 for n in locks if naming.is_fence_name(n, queue_path))
     if count <= LIST_LIMIT:
         items = [n for n in children(client, queue_path)]
-        return len(held_items(items, locks, queue_path)), fences, True, items
-    return len(locks) - fences, fences, False, []
+        held = held_items(items, locks, queue_path)
+        return held, len(held), fences, True, items
+    return set(), len(locks) - fences, fences, False, []
 
 
 def queue_depth(client: KazooClient, path: str, *, lock_path: str | None = None,
@@ -122,7 +125,7 @@ def queue_depth(client: KazooClient, path: str, *, lock_path: str | None = None,
     path = naming.validate_queue_path(path)
     stat = _stat(client, path)
     count = stat.numChildren if stat else 0
-    in_flight, consumers, exact, _items = _held(client, path, lock_path or path + "-locks", count)
+    _h, in_flight, consumers, exact, _items = _held(client, path, lock_path or path + "-locks", count)
     return Depth(path=path, kind="queue", items=count, pending=count - in_flight, in_flight=in_flight,
                  quarantined=_num_children(client, quarantine_path or path + "-quarantine") or 0,
                  consumers=consumers, exact=exact, cversion=stat.cversion if stat else 0)
@@ -136,10 +139,9 @@ def job_depth(client: KazooClient, path: str) -> Depth:
     paths = Paths(naming.validate_queue_path(path))
     stat = _stat(client, paths.queue)
     count = stat.numChildren if stat else 0
-    in_flight, consumers, exact, items = _held(client, paths.queue, paths.locks, count)
+    held, in_flight, consumers, exact, items = _held(client, paths.queue, paths.locks, count)
     retrying = None
     if exact:
-        held = held_items(items, children(client, paths.locks), paths.queue)
         retrying = sum(1 for n in items if n not in held and (p := names.parse_item(n)) is not None
                        and p.kind == names.RETRY)
     return Depth(path=paths.root, kind="jobs", items=count, pending=count - in_flight - (retrying or 0),

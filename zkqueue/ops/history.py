@@ -41,13 +41,18 @@ class History:
         self._samples: dict[str, deque[Sample]] = {}
 
     def sample(self) -> list[Sample]:
-        """Look at every queue now; returns the new samples (flows give one per step too)."""
+        """Look at every queue now; returns the new samples (flows give one per step too). The samples of a queue
+        that is gone (not found any more, or its node deleted) are dropped."""
         targets = self._find() if self._find is not None else [(p, None) for p in self._paths]
         now = self._clock()
         out = []
         for path, kind in targets:
             for depth in depths(self._client, path, kind):
                 out.append(self._add(now, depth))
+        seen = {s.depth.path for s in out}
+        with self._lock:
+            for path in [p for p in self._samples if p not in seen]:
+                del self._samples[path]
         return out
 
     def _add(self, now: float, depth: Depth) -> Sample:

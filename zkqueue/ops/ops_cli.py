@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ from typing import Any
 import click
 from kazoo.exceptions import NoAuthError, NoNodeError
 
+from zkqueue.engine.log_limits import CONNECTION_ERRORS
 from zkqueue.errors import QueuePermissionError, ZkQueueError
-from zkqueue.ops.connect import client_for
+from zkqueue.ops.connect import NoServer, client_for
 
 log = logging.getLogger("zkqueue.ops.ops_cli")
 
@@ -27,17 +29,54 @@ class NotAllowed(click.ClickException):
     exit_code = EXIT_NOT_ALLOWED
 
 
+class _GiveUp:
+    """Stops ``client`` when its connection stays lost for ``grace`` seconds: kazoo would otherwise hold a call made
+    while it reconnects for ever; stopping fails it with a connection error (exit code 3)."""
+
+    def __init__(self, client: Any, grace: float) -> None:
+        self.client = client
+        self.grace = grace
+        self.gave_up = False
+        self._back = threading.Event()
+
+    def __call__(self, state: Any) -> None:  # a kazoo state listener: runs on kazoo's event thread
+        from kazoo.client import KazooState  # noqa: PLC0415
+
+        if state == KazooState.CONNECTED:
+            self._back.set()
+        else:
+            self._back.clear()
+            threading.Thread(target=self._wait, name="zkqueue-cli-give-up", daemon=True).start()
+
+    def _wait(self) -> None:
+        if not self._back.wait(self.grace) and not self.gave_up:
+            self.gave_up = True
+            log.debug("no ZooKeeper for %.0f s: stopping the client", self.grace)
+            self.client.stop()
+
+
 @contextlib.contextmanager
-def zk_session(connect: str, auth: str | None, acl: str | None = None) -> Iterator[Any]:
-    """A client for one command; ZooKeeper errors become one-line messages with their exit codes."""
+def zk_session(connect: str, auth: str | None, acl: str | None = None, give_up: bool = True) -> Iterator[Any]:
+    """A client for one command; ZooKeeper errors become one-line messages with their exit codes. With
+    ``give_up``, a connection lost for longer than ``ZKQUEUE_CONNECT_TIMEOUT`` (15 s) ends the command (exit code
+    3) instead of waiting for the server for ever."""
     client = client_for(connect, auth, acl)
+    watchdog = _GiveUp(client, float(os.environ.get("ZKQUEUE_CONNECT_TIMEOUT", 15)))
+    if give_up:
+        client.add_listener(watchdog)
     try:
         yield client
     except (QueuePermissionError, NoAuthError) as exc:
         raise NotAllowed(str(exc) or "not allowed: check --auth and the ACLs") from exc
+    except CONNECTION_ERRORS as exc:
+        raise NoServer(f"lost the connection to ZooKeeper at {connect} ({type(exc).__name__}): is the server "
+                       "up?") from exc
     except NoNodeError as exc:
         raise click.ClickException(f"no such node: {exc}") from exc
     except ZkQueueError as exc:
+        if watchdog.gave_up:  # whatever the call that was cut raised
+            raise NoServer(f"lost the connection to ZooKeeper at {connect} for {watchdog.grace:.0f} s: is the "
+                           "server up?") from exc
         raise click.ClickException(str(exc)) from exc
     finally:
         client.stop()
@@ -206,7 +245,7 @@ def register(main: click.Group, connect_option: Any) -> None:
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
-        with zk_session(connect, auth, acl) as client:
+        with zk_session(connect, auth, acl, give_up=False) as client:  # an exporter outlives an outage
             for path in paths:
                 _require(client, path)
             click.echo(f"serving metrics of {len(paths)} path(s) at http://{addr}:{port}/metrics", err=True)
@@ -224,7 +263,11 @@ def register(main: click.Group, connect_option: Any) -> None:
         """Serve a web dashboard of the queues, job queues and flows under --root."""
         from zkqueue.ops.dashboard.app import create_app, run  # noqa: PLC0415
 
-        with zk_session(connect, auth, acl) as client:
+        if allow_actions and not auth:
+            raise click.UsageError("--allow-actions needs --auth USER:PASSWORD (or ZKQUEUE_AUTH): actions run with "
+                                   "those digest credentials")
+
+        with zk_session(connect, auth, acl, give_up=False) as client:
             if client.exists(root) is None:
                 raise click.ClickException(f"no node {root}: give the --root that holds your queues")
             app = create_app(client, root=root, allow_actions=allow_actions, auth_user=(auth or "").split(":")[0])

@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+from zkqueue.errors import ZkQueueError
+from zkqueue.formats import naming
 from zkqueue.ops import items
 from zkqueue.ops.depth import find_queues, kind_of
 from zkqueue.ops.history import History, Sample
@@ -53,6 +55,15 @@ class DashboardData:
         """A fresh sample of every queue."""
         return self.history.sample()
 
+    def under_root(self, path: str) -> bool:
+        """True if ``path`` is a valid path at or under the root (``..`` and such are refused by the check)."""
+        try:
+            naming.validate_path(path)
+        except ZkQueueError:
+            return False
+        root = self.root.rstrip("/")
+        return path == self.root or path.startswith(root + "/")
+
     def kind(self, path: str) -> str | None:
         return kind_of(self.client, path)
 
@@ -93,12 +104,18 @@ class DashboardData:
         return None if job is None else job_dict(job)
 
     # ------------------------------------------------------------------------------------ actions
+    def _existing_job_queue(self, path: str) -> Any:
+        """The job queue at ``path``, refused unless one is there (starting one elsewhere would create nodes)."""
+        if not self.under_root(path) or self.kind(path) != "jobs":
+            raise ZkQueueError(f"no job queue at {path} under {self.root}")
+        return self.job_queue(path)
+
     def retry_dead(self, path: str, job_ids: list[str] | None) -> int:
-        with self.job_queue(path) as jq:
+        with self._existing_job_queue(path) as jq:
             return jq.retry_dead(job_ids)
 
     def purge_dead(self, path: str) -> int:
-        with self.job_queue(path) as jq:
+        with self._existing_job_queue(path) as jq:
             return jq.purge_dead(None)
 
     def redrive(self, path: str) -> int:

@@ -22,11 +22,28 @@ def _data() -> DashboardData:
     return current_app.config["ZKQ_DATA"]
 
 
+#: Most head items a queue's page shows (``n`` is clamped to it).
+MAX_PEEK = 500
+
+
 def _path() -> str:
+    """The request's ``path``: 400 without one, 404 if it is not the root or under it (the dashboard shows and
+    acts on what is under its ``--root`` only)."""
     path = request.values.get("path", "")
     if not path.startswith("/"):
         abort(400, "a path is required")
+    if not _data().under_root(path):
+        abort(404, f"{path} is outside the dashboard root {_data().root}: only what is under it is shown")
     return path
+
+
+def _count() -> int:
+    """The request's ``n`` (head items to show), clamped to 1..:data:`MAX_PEEK`."""
+    try:
+        n = int(request.args.get("n", 10))
+    except ValueError:
+        abort(400, "n must be a whole number")
+    return max(1, min(n, MAX_PEEK))
 
 
 @views.app_context_processor
@@ -74,7 +91,7 @@ def queue() -> str:
     if kind == "flow":
         context["flow_counts"] = data.flow_counts(path)
     else:
-        context["head"] = data.peek(path, int(request.args.get("n", 10)), serializer)
+        context["head"] = data.peek(path, _count(), serializer)
         context["quarantine"] = data.quarantine(path, serializer)
     if kind == "jobs":
         context["job_counts"] = data.job_counts(path)
@@ -86,6 +103,8 @@ def queue() -> str:
 def job() -> str:
     path = _path()
     job_id = request.args.get("id", "")
+    if _data().kind(path) not in ("jobs", "flow"):
+        abort(404, f"no job queue or flow at {path}")
     record = _data().job(path, job_id) if job_id else None
     if record is None:
         abort(404, f"no job {job_id!r} in {path}")
@@ -104,15 +123,22 @@ def _after(path: str, message: str) -> Any:
     return redirect(url_for("zkq.queue", path=path))
 
 
-def _act(what: str, run: Any, done: str) -> Any:
-    """Run one action on the queue at the form's path and tell the outcome on its page."""
+def _act(what: str, run: Any, done: str, kinds: tuple[str, ...] = ("jobs",)) -> Any:
+    """Run one action on the queue at the form's path (an existing queue of one of ``kinds`` under the root, else
+    404: an action never creates a queue) and tell the outcome on its page."""
     _action_allowed()
     path = _path()
+    kind = _data().kind(path)
+    if kind not in kinds or path == _data().root:
+        abort(404, f"no {' or '.join(_KIND_NAMES[k] for k in kinds)} at {path}: nothing to {what}")
     try:
         n = run(path)
     except (ZkQueueError, KazooException) as exc:
         return _after(path, f"{what} failed: {exc!r}")
     return _after(path, done.format(n=n))
+
+
+_KIND_NAMES = {"jobs": "job queue", "queue": "queue", "flow": "flow"}
 
 
 @views.route("/action/retry", methods=["POST"])
@@ -129,4 +155,4 @@ def purge_dead() -> Any:
 
 @views.route("/action/redrive", methods=["POST"])
 def redrive() -> Any:
-    return _act("redrive", _data().redrive, "redrove {n} quarantined node(s)")
+    return _act("redrive", _data().redrive, "redrove {n} quarantined node(s)", kinds=("queue", "jobs"))
