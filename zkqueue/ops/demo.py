@@ -1,8 +1,8 @@
 """``zkqueue demo``: producers and lock-safe consumers on a 3-node ZooKeeper, with a node killed halfway.
 
 Every item carries a unique id, so the summary is exact accounting: acknowledged puts, deliveries, duplicates
-and lost items (always 0 in lock-safe mode; a duplicate can only come from a put retried after a connection loss
-whose first attempt had in fact been applied, or from a consumer whose session was lost mid-item).
+and lost items (always 0 in lock-safe mode). Puts are exactly once (a lost reply is settled by the producer's
+marker), so a duplicate can only come from a consumer whose session was lost mid-item.
 """
 
 from __future__ import annotations
