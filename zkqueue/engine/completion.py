@@ -362,6 +362,16 @@ class Completer:
             for fence, part in by_fence.items():
                 self._release(fence, part)
 
+    def forget(self, held: list[Held]) -> None:
+        """Drop items whose nodes the caller already deleted, with their leases' locks, in a multi of its own
+        (built from the lease's ack ops): no request is sent."""
+        if not held:
+            return
+        with self._leases.commit_lock:
+            with self._deferred_lock:
+                self._released.update(h.name for h in held)
+            self._leases.release_blocks(self._leases.finished(held))
+
     def _release(self, fence: str | None, held: list[Held]) -> None:
         with self._deferred_lock:
             self._released.update(h.name for h in held)

@@ -112,6 +112,13 @@ class Puller:
         finally:
             self._held.difference_update(o.name for o in outcomes)
 
+    def forget(self, outcomes: list[Outcome]) -> None:
+        """Drop claimed nodes that the caller finished in its own multi (see :meth:`Completer.forget`)."""
+        try:
+            self._taker.completer.forget([o.held for o in outcomes if o.held is not None])
+        finally:
+            self._held.difference_update(o.name for o in outcomes)
+
     def release(self, outcomes: list[Outcome]) -> None:
         """Give claimed nodes back untouched."""
         try:

@@ -539,6 +539,11 @@ class DistributedQueue(Generic[T]):
         """Give nodes from :meth:`claim_nodes` back untouched."""
         self._pull().release(outcomes)
 
+    def forget_nodes(self, outcomes: list[Outcome]) -> None:
+        """Drop nodes from :meth:`claim_nodes` that the caller ended in a multi of its own, built from the held
+        lease's ack ops (which delete the node and the lease's lock): no request is sent. A seam for flows."""
+        self._pull().forget(outcomes)
+
     def _pull(self) -> Puller:
         with self._puller_lock:
             if self._puller is None:

@@ -223,9 +223,11 @@ class FlowWorker:
         except BaseException:
             held.release()
             raise
-        held.forget()  # the item and the lease's nodes went in the hand-off's multi (or are another's now)
         if outcome == handoff.OK:
+            held.forget()  # the item and the lease's nodes went in the hand-off's multi: nothing to send
             self._count()
+        else:
+            held.release()  # the lease was lost: let the engine clear whatever of it is still ours
 
     def _count(self) -> None:
         with self._lock:

@@ -110,6 +110,7 @@ class HeldJob:
     _outcome: Outcome = field(repr=False)
     _complete: Callable[[list[Outcome]], None] = field(repr=False)
     _release: Callable[[list[Outcome]], None] = field(repr=False)
+    _forget: Callable[[list[Outcome]], None] = field(repr=False)
     _done: bool = field(default=False, repr=False)
 
     def finish(self, completion: Completion) -> None:
@@ -133,10 +134,11 @@ class HeldJob:
         return ops, len(prefix) + 2
 
     def forget(self) -> None:
-        """After a multi from :meth:`ack_ops` committed: the engine lets go of the job (its nodes are gone)."""
+        """After a multi from :meth:`ack_ops` committed: the engine lets go of the job (its nodes are gone; no
+        request is sent)."""
         if not self._done:
             self._done = True
-            self._release([self._outcome])
+            self._forget([self._outcome])
 
     def release(self) -> None:
         """Give the job back untouched (its counted attempt stays counted)."""
@@ -158,5 +160,5 @@ def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float 
             engine.release_nodes([o])
             continue
         out.append(HeldJob(o.held.path, o.version, claimed.record, claimed.version, o, engine.complete_nodes,
-                           engine.release_nodes))
+                           engine.release_nodes, engine.forget_nodes))
     return out
