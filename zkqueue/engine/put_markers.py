@@ -67,6 +67,7 @@ class Ticket:
 
     op: SetDataOp
     number: int
+    chain: int = 0  # which read of the marker its version follows (tickets of one chain commit as a prefix)
 
     @property
     def marker(self) -> str:
@@ -91,6 +92,8 @@ class MarkerLane:
         self._committed = 0  # the highest number known to have committed
         self._version: int | None = None  # the version the next ticket expects (None: read the marker first)
         self._outstanding: dict[int, bool | None] = {}  # ticket number -> fate (None: not known yet)
+        self._chain = 0  # bumped at every read of the marker: a new chain of versions
+        self._chain_of: dict[int, int] = {}  # ticket number -> its chain
 
     def ticket(self, number: int | None = None) -> Ticket | None:
         """The next batch's ticket (reads the marker first after a reset, creating it if needed).
@@ -111,7 +114,8 @@ class MarkerLane:
             op = SetDataOp(self.path, str(chosen).encode(), self._version)
             self._version += 1
             self._outstanding[chosen] = None
-            return Ticket(op, chosen)
+            self._chain_of[chosen] = self._chain
+            return Ticket(op, chosen, self._chain)
 
     def _load(self) -> None:
         while True:
@@ -126,6 +130,7 @@ class MarkerLane:
             self._committed = max(self._committed, _number_of(data))
             self._number = max(self._number, self._committed)
             self._version = stat.version
+            self._chain += 1
             break
         try:
             _reclaim_now_and_then(self._client, self._queue_path, frozenset({self.path}))
@@ -135,17 +140,28 @@ class MarkerLane:
     def finished(self, ticket: Ticket) -> None:
         """``ticket``'s batch committed (its reply said so, or :meth:`settle` found it)."""
         with self._lock:
-            self._outstanding.pop(ticket.number, None)
+            self._forget(ticket)
             self._committed = max(self._committed, ticket.number)
 
+    def _forget(self, ticket: Ticket) -> None:
+        self._outstanding.pop(ticket.number, None)
+        self._chain_of.pop(ticket.number, None)
+
     def broken(self, ticket: Ticket) -> None:
-        """``ticket``'s batch did not commit: neither can any ticket sent after it; read the marker again."""
+        """``ticket``'s batch did not commit: neither can any ticket sent after it in its chain of versions (one
+        sent after a later read of the marker is judged by its own reply); read the marker again."""
         with self._lock:
-            self._outstanding.pop(ticket.number, None)
+            self._forget(ticket)
             for number, fate in self._outstanding.items():
-                if number > ticket.number and fate is None:
+                if number > ticket.number and fate is None and self._chain_of.get(number) == ticket.chain:
                     self._outstanding[number] = False
             self._version = None
+
+    def drop(self, ticket: Ticket) -> None:
+        """Forget ``ticket`` once its batch is known not to have committed (it is sent again with a new ticket).
+        Unlike :meth:`broken` this judges no other ticket: those sent after a settle may still commit."""
+        with self._lock:
+            self._forget(ticket)
 
     def fate(self, ticket: Ticket) -> bool | None:
         with self._lock:
@@ -237,6 +253,7 @@ class MarkedBatch:
                 if self._committed_after_loss(ticket, exc):
                     self._lane.finished(ticket)
                     return MultiResult(True, [None] * self._count)
+                self._lane.drop(ticket)
                 self._dispatch()
                 continue
             if res.ok:
