@@ -38,7 +38,7 @@ from zkqueue.engine.commit import (
 )
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.group_commit import GroupCommit
-from zkqueue.engine.put_markers import MarkedBatch, MarkerLane, check_producer_id, new_producer_id
+from zkqueue.engine.put_markers import MarkedBatch, MarkerLane, check_producer_id, new_producer_id, retry_unsent
 from zkqueue.errors import (
     ConfigurationError,
     ItemTooLargeError,
@@ -305,6 +305,10 @@ class Producer:
         what = f"put of {len(reqs)} to {self._ctx.queue_path}" if len(reqs) > 1 else f"put to {self._ctx.queue_path}"
         return MarkedBatch(self._lanes[lane], send, len(reqs), self._ctx.connection, self._settle_wait, what,
                            number=number)
+
+    def read_retrying(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()`` (a read before a put), waiting out a lost connection for up to the put outcome wait."""
+        return retry_unsent(call, self._ctx.connection, self._settle_wait, what)
 
     def commit_groups(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:
         """Commit each group of ops atomically, many per multi, exactly once: each multi leads with the

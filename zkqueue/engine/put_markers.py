@@ -191,6 +191,21 @@ def _number_of(data: bytes | None) -> int:
         return 0
 
 
+def retry_unsent(call: Callable[[], Any], connection: Any, wait: float, what: str) -> Any:
+    """``call()`` (a read, or a write that was surely not sent), again after a connection error once connected,
+    for up to ``wait`` seconds; then the connection error is raised (nothing was written)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return call()
+        except CONNECTION_ERRORS as exc:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not connection.wait(remaining):
+                raise
+            log.info("%s: %r before anything was sent; again now that ZooKeeper is back", what, exc)
+            time.sleep(0.05)  # the connection may drop again at once while the ensemble settles
+
+
 class _Raised:
     """A pending reply that is an error already (the send itself failed)."""
 
@@ -225,7 +240,9 @@ class MarkedBatch:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        ticket = self._lane.ticket(self._number)
+        # reading the marker (after a reset) may meet a lost connection: nothing is sent yet, so it waits and reads
+        ticket = retry_unsent(lambda: self._lane.ticket(self._number), self._connection, self._wait,
+                              f"{self._what}: reading marker {self._lane.path}")
         if ticket is None:  # the caller's sequence number committed before (a replay after a restart)
             self._ticket, self._pending = None, None
             return

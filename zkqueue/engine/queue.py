@@ -35,7 +35,7 @@ import socket
 import threading
 import uuid
 from concurrent.futures import Executor
-from typing import Any, Generic, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Sequence, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NoAuthError, NotEmptyError
@@ -568,6 +568,13 @@ class DistributedQueue(Generic[T]):
         seam the layers above use for their own writes (e.g. adding jobs with their records)."""
         self._check_started()
         return commit_groups(self._ctx, groups)
+
+    def read_retrying(self, call: Callable[[], Any], what: str = "a read") -> Any:
+        """``call()``, a read that prepares a put (e.g. of the records a job add replaces), run again once
+        connected after a lost connection, for up to ``put_outcome_wait`` seconds: the seam that lets layers above
+        keep their puts from raising through a failover."""
+        self._check_started()
+        return self.producer.read_retrying(call, what)
 
     def commit_puts(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:
         """:meth:`commit_groups` for groups that put (e.g. a job's record and item): exactly once through a lost

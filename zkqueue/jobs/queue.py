@@ -159,7 +159,8 @@ class JobQueue:
         for attempt in range(2):
             if not records:
                 break
-            stale = self._finished_records([r.id for r in records])
+            ids = [r.id for r in records]
+            stale = self._engine.read_retrying(lambda: self._finished_records(ids), f"adding to {self.paths.root}")
             groups = [store.add_ops(self.paths, r, stale.get(r.id, []), self._acl) for r in records]
             again: list[Record] = []
             for record, group, res in zip(records, groups, self._engine.commit_puts(groups)):
