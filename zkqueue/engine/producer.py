@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterable, Sequence
 from zkqueue.engine.blobs import BlobWriter
 from zkqueue.engine.children import ChildrenCache, Snapshot
 from zkqueue.engine.commit import (
-    CONNECTION_ERRORS,
     MAX_OPS_PER_MULTI,
     MULTI_SLACK,
     GroupOutcome,
@@ -248,15 +247,7 @@ class Producer:
         if self._background:
             self.flush()
         req = PutRequest(prefix, data, item, multi)
-
-        def store() -> str | None:
-            batch = self._send_nodes([req], "seq", number=sequence)
-            result = batch.result()
-            if not result.ok:
-                raise result.failure or QueueStateError(f"put to {req.prefix} failed")
-            return result.results[0]
-
-        return self._put_now(req, store)
+        return self._put_now(req, lambda: self._create_node(req, "seq", number=sequence))
 
     def _put_large(self, req: PutRequest) -> bool:
         """Store a large item now, in the caller's thread, behind this instance's earlier background puts."""
@@ -285,10 +276,11 @@ class Producer:
         self._notify(req)
         return True
 
-    def _create_node(self, req: PutRequest, lane: str) -> str | None:
+    def _create_node(self, req: PutRequest, lane: str, number: int | None = None) -> str | None:
         """Create ``req``'s sequential node now and return its path (None when a lost reply was settled as
-        committed); every single-node put goes here. Raises the error of its create."""
-        result = self._send_nodes([req], lane).result()
+        committed, or ``number`` had committed before); every single-node put goes here. Raises the error of its
+        create."""
+        result = self._send_nodes([req], lane, number=number).result()
         if not result.ok:
             raise result.failure or QueueStateError(f"put to {req.prefix} failed")
         return result.results[0]
@@ -465,7 +457,7 @@ class Producer:
             self._send_single(batch[0])
             return
         try:
-            result = self._with_reconnect(lambda: self._send_nodes(batch, "bg").result(), f"put batch of {len(batch)}")
+            result = self._send_nodes(batch, "bg").result()
         except Exception as exc:
             for req in batch:
                 self._notify_failed(req, map_error(exc))
@@ -474,25 +466,9 @@ class Producer:
 
     def _send_single(self, req: PutRequest) -> None:
         try:
-            self._with_reconnect(lambda: self._create_node(req, "bg"), "put")
+            self._create_node(req, "bg")
         except Exception as exc:
             self._notify_failed(req, map_error(exc))
             return
         self._ctx.counters.add("put_ok")
         self._notify(req)
-
-    def _with_reconnect(self, call: Callable[[], Any], what: str, attempts: int = 3) -> Any:
-        """Run ``call``; after a connection error wait for the connection and retry. Safe: a put that was sent
-        settles a lost reply through its marker (see :mod:`zkqueue.engine.put_markers`), so a connection error
-        reaching here means nothing was sent (reading the marker failed)."""
-        for attempt in range(attempts):
-            try:
-                return call()
-            except CONNECTION_ERRORS as exc:
-                if attempt == attempts - 1:
-                    raise
-                log.warning("%s on %s: %r before anything was sent; retrying after reconnect", what,
-                            self._ctx.queue_path, exc)
-                if not self._ctx.connection.wait(30.0):
-                    raise
-        raise AssertionError("unreachable")

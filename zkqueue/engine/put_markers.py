@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.errors import ConfigurationError, PutOutcomeUnknown
@@ -170,12 +170,7 @@ class MarkerLane:
     def settle(self) -> None:
         """Judge every outstanding ticket from one read of the marker (call once connected again): sent before the
         read, each has committed or never will. Raises the connection error when ZooKeeper cannot be read."""
-        self._client.sync(self.path)
-        try:
-            data, _stat = self._client.get(self.path)
-            reached = _number_of(data)
-        except NoNodeError:
-            reached = 0  # a marker is reclaimed only after ``grace`` seconds without a put: none was in flight
+        reached = reached_number(self._client, self.path)
         with self._lock:
             for number, fate in self._outstanding.items():
                 if fate is None:
@@ -192,17 +187,21 @@ def _number_of(data: bytes | None) -> int:
 
 
 def retry_unsent(call: Callable[[], Any], connection: Any, wait: float, what: str) -> Any:
-    """``call()`` (a read, or a write that was surely not sent), again after a connection error once connected,
-    for up to ``wait`` seconds; then the connection error is raised (nothing was written)."""
+    """``call()`` (a read, or a write that was surely not sent) once connected, again after a connection error,
+    for up to ``wait`` seconds; then a connection error is raised (nothing was written). It waits for the
+    connection first: a request made while disconnected would sit in kazoo's queue with no bound."""
     deadline = time.monotonic() + wait
     while True:
+        if not connection.connected.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not connection.wait(remaining):
+                raise ConnectionLoss(f"{what}: ZooKeeper was not reachable within {wait:.0f} s")
         try:
             return call()
         except CONNECTION_ERRORS as exc:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not connection.wait(remaining):
+            if time.monotonic() >= deadline:
                 raise
-            log.info("%s: %r before anything was sent; again now that ZooKeeper is back", what, exc)
+            log.info("%s: %r; again once ZooKeeper is back", what, exc)
             time.sleep(0.05)  # the connection may drop again at once while the ensemble settles
 
 
@@ -287,34 +286,35 @@ class MarkedBatch:
                                 self._lane.path, self._ticket.number if self._ticket else -1)
 
     def _committed_after_loss(self, ticket: Ticket, exc: BaseException) -> bool:
-        fate = self._lane.fate(ticket)
-        deadline = time.monotonic() + self._wait
-        while fate is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._connection.wait(remaining):
+        if self._lane.fate(ticket) is None:
+            try:
+                retry_unsent(self._lane.settle, self._connection, self._wait,
+                             f"{self._what}: reading marker {self._lane.path} after a lost reply")
+            except CONNECTION_ERRORS:
                 raise PutOutcomeUnknown(
                     f"{self._what}: the reply was lost ({exc!r}) and ZooKeeper was not reachable within "
                     f"{self._wait:.0f} s; it committed if marker {self._lane.path} reaches {ticket.number}",
                     self._lane.path, ticket.number) from exc
-            try:
-                self._lane.settle()
-            except CONNECTION_ERRORS:
-                continue  # lost again: wait for the next connection
-            fate = self._lane.fate(ticket)
             # INFO: settled, nothing for anyone to do (the connection's loss is the queue's one WARNING line)
             log.info("%s: reply lost (%r); marker %s says it %s", self._what, exc, self._lane.path,
-                     "committed" if fate else "did not commit: sending it again")
-        return fate
+                     "committed" if self._lane.fate(ticket) else "did not commit: sending it again")
+        return bool(self._lane.fate(ticket))
 
 
-def put_committed(client: Any, marker: str, batch: int) -> bool:
-    """Whether the put that raised :class:`PutOutcomeUnknown` (``marker``, ``batch``) committed."""
+def reached_number(client: Any, marker: str) -> int:
+    """The last committed batch number a marker holds, read after a ``sync`` (0 when there is no marker: one is
+    reclaimed only after ``grace`` seconds without a put, so none was in flight)."""
     client.sync(marker)
     try:
         data, _stat = client.get(marker)
     except NoNodeError:
-        return False
-    return _number_of(data) >= batch
+        return 0
+    return _number_of(data)
+
+
+def put_committed(client: Any, marker: str, batch: int) -> bool:
+    """Whether the put that raised :class:`PutOutcomeUnknown` (``marker``, ``batch``) committed."""
+    return reached_number(client, marker) >= batch
 
 
 def reclaim(client: Any, queue_path: str, grace: float = DEFAULT_GRACE, *, own: frozenset[str] = frozenset()) -> int:
