@@ -29,17 +29,22 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader
 
-from zkqueue.spark.staged_reads import SourceOptions, StagedPartition, split_segments, staged_rows
+from zkqueue.spark.staged_reads import SourceOptions, StagedPartition, split_segments, stage_for, staged_rows
 
 log = logging.getLogger("zkqueue.spark.batch_source")
 
 
-def _stage(options: SourceOptions) -> Any:
-    from zkqueue.spark.clients import get_client  # noqa: PLC0415
-    from zkqueue.spark.staging import Stage  # noqa: PLC0415
+@contextmanager
+def _owning(options: SourceOptions) -> Iterator[Any]:
+    """The consumer id's staging area, held as its one live batch reader for the block."""
+    from zkqueue.spark.staging import READ_MODE  # noqa: PLC0415
 
-    return Stage(get_client(options.zk), options.path, options.consumer_id, kind=options.kind,
-                 lock_path=options.lock_path, limit=options.jute_max_buffer)
+    stage = stage_for(options)
+    stage.acquire(options.owner_wait, READ_MODE)
+    try:
+        yield stage
+    finally:
+        stage.release()
 
 
 def _claim(stage: Any, options: SourceOptions) -> list[int]:
@@ -61,16 +66,12 @@ class ZkQueueBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[StagedPartition]:
-        from zkqueue.spark.staging import READ_MODE  # noqa: PLC0415
-
-        stage = _stage(self.options)
         numbers = self.options.batches
         if numbers is None:
-            stage.acquire(self.options.owner_wait, READ_MODE)
-            try:
+            with _owning(self.options) as stage:
                 numbers = tuple(_claim(stage, self.options))
-            finally:
-                stage.release()
+        else:  # pinned by claimed_read, whose process holds the owner node
+            stage = stage_for(self.options)
         segments = [path for n in numbers for path in stage.staged(n)]
         return split_segments(segments, self.options.partitions)
 
@@ -92,12 +93,9 @@ def claimed_read(spark: Any, path: str, **options: Any) -> Iterator[Any]:
     the same id waits ``ownerWait`` seconds and is then refused. An exception leaves the claim staged; the next
     read with the same consumer id returns the same rows."""
     from zkqueue.spark import register  # noqa: PLC0415
-    from zkqueue.spark.staging import READ_MODE  # noqa: PLC0415
 
     source = _reader_options(path, options)
-    stage = _stage(source)
-    stage.acquire(source.owner_wait, READ_MODE)
-    try:
+    with _owning(source) as stage:
         numbers = _claim(stage, source)
         register(spark)
         reader = spark.read.format("zkqueue")
@@ -108,21 +106,12 @@ def claimed_read(spark: Any, path: str, **options: Any) -> Iterator[Any]:
         if numbers:
             deleted = stage.commit(max(numbers))
             log.info("committed the read of %s as %r: %d batch(es) deleted", path, source.consumer_id, deleted)
-    finally:
-        stage.release()
 
 
 def commit_read(path: str, **options: Any) -> int:
     """Commit every claimed batch of consumer ``consumerId`` of the queue at ``path`` (the same options as the
     read): call it when the job that used a ``spark.read.format("zkqueue")`` DataFrame succeeded. Returns how many
     batches were deleted."""
-    from zkqueue.spark.staging import READ_MODE  # noqa: PLC0415
-
-    source = _reader_options(path, options)
-    stage = _stage(source)
-    stage.acquire(source.owner_wait, READ_MODE)
-    try:
+    with _owning(_reader_options(path, options)) as stage:
         pending = stage.batches()
         return stage.commit(pending[-1]) if pending else 0
-    finally:
-        stage.release()

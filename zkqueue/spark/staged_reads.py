@@ -90,6 +90,15 @@ def _batch_list(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts)
 
 
+def stage_for(options: SourceOptions) -> Any:
+    """The staging area of ``options``' consumer id (driver side), on this process's cached client."""
+    from zkqueue.spark.clients import get_client  # noqa: PLC0415
+    from zkqueue.spark.staging import Stage  # noqa: PLC0415
+
+    return Stage(get_client(options.zk), options.path, options.consumer_id, kind=options.kind,
+                 lock_path=options.lock_path, limit=options.jute_max_buffer)
+
+
 def source_schema(kind: str) -> str:
     """The rows' schema (DDL) for a queue kind."""
     columns = ["id string", "name string", "idx int", "value binary"]

@@ -36,9 +36,10 @@ try:  # PySpark 4.2+: Trigger.AvailableNow for Python sources
 except ImportError:  # pragma: no cover - older PySpark: every trigger reads what is due at each batch
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-from zkqueue.spark.staged_reads import SourceOptions, StagedPartition, split_segments, staged_rows
+from zkqueue.spark.staged_reads import SourceOptions, StagedPartition, split_segments, stage_for, staged_rows
 
 log = logging.getLogger("zkqueue.spark.stream_source")
+
 
 def _offset(batch: int) -> dict[str, int]:
     return {"batch": int(batch)}
@@ -56,13 +57,8 @@ class ZkQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     # ------------------------------------------------------------------------------------------ driver side
     def _staging(self) -> Any:
         if self._stage is None:
-            from zkqueue.spark.clients import get_client  # noqa: PLC0415
-            from zkqueue.spark.staging import Stage  # noqa: PLC0415
-
-            o = self.options
-            stage = Stage(get_client(o.zk), o.path, o.consumer_id, kind=o.kind, lock_path=o.lock_path,
-                          limit=o.jute_max_buffer)
-            stage.acquire(o.owner_wait)
+            stage = stage_for(self.options)
+            stage.acquire(self.options.owner_wait)
             self._stage = stage
         return self._stage
 
