@@ -9,8 +9,6 @@ queue and the consumer's staging area are empty.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,9 @@ from zkqueue.server.testing import fresh_chroot, make_client, wait_for
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.spark, pytest.mark.timeout(600)]
 
 SPARK_TESTS = Path(__file__).resolve().parent.parent / "spark"
+sys.path.insert(0, str(SPARK_TESTS))
+
+from spark_session import start_driver  # type: ignore[import-not-found]  # noqa: E402
 ITEMS = 2400
 CLAIM = 300
 
@@ -34,14 +35,6 @@ def _fill(client: Any) -> None:
         for start in range(0, ITEMS, 100):  # 100 items per node
             q.put_multi([f"b-{i}".encode() for i in range(start, start + 100)])
         assert q.flush_puts(60)
-
-
-def _driver(cfg: dict[str, Any], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYTHONPATH": os.pathsep.join([str(SPARK_TESTS), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, str(SPARK_TESTS / "batch_read_driver.py"), json.dumps(cfg)], env=env,
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
 
 
 def _staged(client: Any) -> list[str]:
@@ -58,7 +51,7 @@ def test_batch_read_through_a_leader_kill_and_a_driver_killed_before_its_commit(
                "warehouse": str(journal_dir / "wh"), "mode": "crash", "signal": str(journal_dir / "two-claims")}
         # 1. The driver is killed inside its third claim: written, not committed.
         log = journal_dir / "crash.log"
-        driver = _driver(cfg, log)
+        driver = start_driver("batch_read_driver.py", cfg, log)
         try:
             assert driver.wait(300) == -9, log.read_text()[-5000:]
         finally:
@@ -70,7 +63,7 @@ def test_batch_read_through_a_leader_kill_and_a_driver_killed_before_its_commit(
         # 2. A new driver drains the rest (first the kept claim again) while the ensemble's leader is killed.
         cfg.update(mode="drain", signal=str(journal_dir / "rerun-two-claims"))
         log = journal_dir / "drain.log"
-        driver = _driver(cfg, log)
+        driver = start_driver("batch_read_driver.py", cfg, log)
         try:
             wait_for(lambda: (journal_dir / "rerun-two-claims").exists() or driver.poll() is not None,
                      timeout=300, interval=0.05, message=log.read_text()[-3000:])

@@ -8,8 +8,6 @@ and the Parquet output (read through its metadata log) holds every item exactly 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +21,9 @@ from zkqueue.server.testing import fresh_chroot, make_client, wait_for
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.spark, pytest.mark.timeout(600)]
 
 SPARK_TESTS = Path(__file__).resolve().parent.parent / "spark"
+sys.path.insert(0, str(SPARK_TESTS))
+
+from spark_session import start_driver  # type: ignore[import-not-found]  # noqa: E402
 ITEMS = 3000
 
 
@@ -38,12 +39,8 @@ def test_stream_source_through_a_leader_kill(ensemble, journal_dir) -> None:
             assert q.flush_puts(60)
         cfg = {"hosts": hosts, "path": "/q", "out": str(journal_dir / "out"), "chk": str(journal_dir / "chk"),
                "mode": "drain", "consumer": "faults", "max": 200, "warehouse": str(journal_dir / "wh")}
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-               "SPARK_LOCAL_IP": "127.0.0.1",
-               "PYTHONPATH": os.pathsep.join([str(SPARK_TESTS), os.environ.get("PYTHONPATH", "")])}
         log = journal_dir / "driver.log"
-        driver = subprocess.Popen([sys.executable, str(SPARK_TESTS / "stream_driver.py"), json.dumps(cfg)], env=env,
-                                  stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
+        driver = start_driver("stream_driver.py", cfg, log)
         try:
             commits = journal_dir / "chk" / "commits"
             wait_for(lambda: commits.exists() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 2,

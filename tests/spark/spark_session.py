@@ -3,7 +3,9 @@ drivers import it by a name no other test folder uses."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,15 @@ def spark_environment() -> dict[str, str]:
     paths = [str(HERE), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
+
+
+def start_driver(script: str, cfg: dict[str, Any], log: Path, **popen: Any) -> subprocess.Popen:
+    """A Spark driver subprocess running ``script`` (a file of this folder) with ``cfg`` as its JSON argument,
+    its output in ``log``."""
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, str(HERE / script), json.dumps(cfg)],
+                                env={**os.environ, **spark_environment()}, stdout=out, stderr=subprocess.STDOUT,
+                                **popen)
 
 
 def build_session(master: str, warehouse: str) -> Any:

@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,6 @@ from zkqueue import BytesSerializer, QueueBuilder
 from zkqueue.server.testing import wait_for
 
 pytestmark = pytest.mark.spark
-
-HERE = Path(__file__).resolve().parent
 
 
 def fill(client: Any, path: str, items: list[bytes]) -> None:
@@ -168,19 +165,16 @@ def test_lock_safe_consumers_never_see_staged_items_and_keep_theirs(spark, zk_ho
 def test_driver_killed_mid_batch_then_restarted_delivers_exactly_once(zk_hosts, zk_client, tmp_path) -> None:
     """A driver subprocess is SIGKILLed (with its JVM) while batches run; a new driver with the same checkpoint
     and consumer id drains the rest. The Parquet output (read through its metadata log) holds every item once."""
-    from spark_session import spark_environment  # type: ignore[import-not-found]
+    from spark_session import start_driver  # type: ignore[import-not-found]
 
     items = [f"k-{i}".encode() for i in range(3000)]
     fill(zk_client, "/stream/killed", items)
     out, chk = tmp_path / "out", tmp_path / "chk"
-    env = {**os.environ, **spark_environment()}
 
     def driver(mode: str) -> subprocess.Popen:
         cfg = {"hosts": zk_hosts, "path": "/stream/killed", "out": str(out), "chk": str(chk), "mode": mode,
                "consumer": "killed", "max": 200, "warehouse": str(tmp_path / "wh")}
-        return subprocess.Popen([sys.executable, str(HERE / "stream_driver.py"), json.dumps(cfg)], env=env,
-                                stdout=open(tmp_path / f"{mode}.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-                                start_new_session=True)
+        return start_driver("stream_driver.py", cfg, tmp_path / f"{mode}.log", start_new_session=True)
 
     run = driver("run")
     try:
