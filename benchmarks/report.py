@@ -202,6 +202,72 @@ def progress_table(report: dict[str, Any]) -> Table | None:
     return t
 
 
+SCHEDULED_ROWS = (("zkqueue_parked", "zkqueue, {depth} parked (park_after={park_after})"),
+                  ("zkqueue_empty", "zkqueue, empty queue"),
+                  ("redis_parked", "Redis sorted set, {depth} parked (poll every {poll_ms:g} ms)"),
+                  ("zkqueue_flat", "zkqueue, {flat_depth} pending, flat layout (park_after=None)"))
+
+
+def _count_text(n: int) -> str:
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else f"{n:,}"
+
+
+def scheduled_table(report: dict[str, Any]) -> Table | None:
+    """The scheduled row (issue 19): lateness of a 50/s trickle, each item due 1 s after its put, over a deep
+    backlog of far-future items; the consumer process's CPU; the parking cost."""
+    sec = report.get("scheduled") or {}
+    if sec.get("status") != "ok":
+        return None
+    fmt = {"depth": _count_text(sec["depth"]), "flat_depth": _count_text(sec.get("flat_depth") or 0),
+           "park_after": f"{sec['park_after']:g} s" if sec.get("park_after") else "unsupported", "poll_ms": sec.get("poll_ms") or 0}
+    t = Table(title=f"scheduled: {sec['trickle_rate']:g} items/s for {sec['trickle_seconds']:g} s, each due "
+                    f"{sec['due_after_s']:g} s after its put, over items parked up to 30 days ahead (lateness = "
+                    f"delivery - due time)")
+    for col in ("run", "p50 ms", "p99 ms", "max ms", "early", "consumer CPU s/s", "prefill items/s",
+                "znodes / ZK txns per parked item", "complete"):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for key, label in SCHEDULED_ROWS:
+        row = sec["rows"].get(key)
+        if row is None:
+            continue
+        name = label.format(**fmt)
+        if row.get("status") == "n/a":
+            t.add_row(name, "n/a", "", "", "", "", "", "", row.get("reason", "")[:60])
+            continue
+
+        def ms(v: Any) -> str:
+            return "-" if v is None else f"{v:,.1f}"
+
+        per_item = "-"
+        if row.get("znodes_per_item") is not None:
+            per_item = f"{row['znodes_per_item']:.3f} / {row['zk_txns_per_item']:.4f}"
+        t.add_row(name, ms(row.get("p50_ms")), ms(row.get("p99_ms")), ms(row.get("max_ms")),
+                  str(row.get("early_all", "-")), f"{row['cpu_s_per_s']:.3f}" if row.get("cpu_s_per_s") is not None
+                  else "-", _fmt_rate(row.get("prefill_rate")), per_item,
+                  "yes" if row.get("complete") else f"no ({row.get('received')}/{row.get('sent')})")
+    return t
+
+
+def scheduled_verdict(report: dict[str, Any]) -> str | None:
+    """One line: p99 1M-parked / empty (target <= 1.5), p99 <= 50 ms, early deliveries, CPU 1M-parked / empty."""
+    sec = report.get("scheduled") or {}
+    if sec.get("status") != "ok":
+        return f"scheduled row: n/a ({sec['reason']})" if sec.get("reason") and sec["reason"] != "not run" else None
+    parked = sec["rows"].get("zkqueue_parked", {})
+    tg = sec.get("targets", {})
+    ratio, cpu, p99 = sec.get("p99_ratio"), sec.get("cpu_ratio"), parked.get("p99_ms")
+    ratio_text = "-" if ratio is None else f"{ratio:.2f}"
+    cpu_text = "-" if cpu is None else f"{cpu:.2f}"
+    p99_text = "-" if p99 is None else f"{p99:.1f}"
+    verdict = {True: "pass", False: "MISS", None: "-"}[sec.get("pass")]
+    return (f"scheduled: zkqueue {_count_text(sec['depth'])}-parked p99 / empty p99 = {ratio_text} (target <= "
+            f"{tg.get('p99_ratio', 1.5):g}), p99 {p99_text} ms (target <= {tg.get('p99_ms', 50):g}), early "
+            f"deliveries {sec.get('early_total', '-')} (target 0), consumer CPU parked / empty = {cpu_text}: "
+            f"{verdict}")
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The table as GitHub markdown (for the README)."""
     head = ["workload", *[IMPL_LABELS.get(i, i) for i in report["impls"]], "zkqueue / Curator", "target", "pass"]
@@ -311,3 +377,9 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
         console.print(ordered)
     elif (report.get("progress") or {}).get("reason"):
         console.print(f"progress row: n/a ({report['progress']['reason']})")
+    sched = scheduled_table(report)
+    if sched is not None:
+        console.print(sched)
+    line = scheduled_verdict(report)
+    if line:
+        console.print(line)

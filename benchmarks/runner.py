@@ -4,6 +4,7 @@
                          [--only put_bg,consume_plain] [--impls zkqueue,curator,kazoo] [--no-spark]
                          [--large-count N] [--large-mib M] [--no-large]
                          [--no-progress] [--progress-count N]
+                         [--no-scheduled] [--scheduled-depth N] [--scheduled-seconds S] [--scheduled-flat-depth N]
 
 Starts an embedded 3-node ZooKeeper ensemble (unless ``--connect``), then for each repeat runs every workload on
 every implementation that has the feature, interleaved (the implementation order rotates per repeat), each run at a
@@ -67,6 +68,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--flows-count", type=int, help="flow jobs per run of the flows row (default 500; quick 100)")
     p.add_argument("--no-progress", action="store_true", help="skip the ordered consumer row (zkqueue.progress)")
     p.add_argument("--progress-count", type=int, help="jobs per run of the progress row (default 5000; quick 500)")
+    p.add_argument("--no-scheduled", action="store_true",
+                   help="skip the scheduled row (delay queue: 50/s trickle over 1M parked items, against Redis)")
+    p.add_argument("--scheduled-depth", type=int,
+                   help="parked items of the scheduled row (default 1000000; quick 10000)")
+    p.add_argument("--scheduled-seconds", type=float, help="trickle seconds of the scheduled row (default 20; quick 3)")
+    p.add_argument("--scheduled-flat-depth", type=int,
+                   help="items of the scheduled row's flat-layout run, park_after=None (default 100000; quick 0: "
+                        "skipped); 0 skips it")
     p.add_argument("--large-count", type=int, help="items per run of the large-items workload (default 8; quick 2)")
     p.add_argument("--large-mib", type=float, help="MiB per large item (default 10; quick 3)")
     p.add_argument("--no-large", action="store_true", help="skip the large-items workload")
@@ -137,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:16} {w.label}  [{', '.join(w.impls)}]  target {w.target.text}")
         return 0
     if args.only:
-        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows"}
+        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows", "scheduled"}
         unknown = wanted - {w.name for w in plan}
         if unknown:
             raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))} (see --list)")
@@ -167,8 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     progress_row: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     flows: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     flows_on = not args.no_flows and (not args.only or "flows" in {x.strip() for x in args.only.split(",")})
+    scheduled: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    scheduled_on = not args.no_scheduled and (not args.only or "scheduled" in {x.strip() for x in args.only.split(",")})
+    sched = scheduled_settings(args)
     ctx: dict[str, Any] = {"seq": 0, "latency_rate": s.latency_rate}
-    with ensemble(args, max(s.deep_counts, default=0), any(w.kind == "large" for w in plan)) as connect:
+    deep_max = max([*s.deep_counts, sched.depth if scheduled_on else 0])
+    with ensemble(args, deep_max, any(w.kind == "large" for w in plan)) as connect:
         describe = machine.describe(servers=None if args.connect else args.servers, force_sync=args.force_sync,
                                     connect=args.connect)
         impls: dict[str, Impl] = {n: IMPLS[n](connect, s.size) for n in impl_names}
@@ -191,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console, transient=False) as progress:
                 task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0) + (1 if jobs_on else 0)
-                                         + (1 if flows_on else 0))
+                                         + (1 if flows_on else 0) + (1 if scheduled_on else 0))
                 if not args.no_warmup:
                     progress.update(task, description="warming up the servers and the JVM")
                     _warm_up(client, root, impls, s)
@@ -236,6 +249,17 @@ def main(argv: list[str] | None = None) -> int:
                     spark = run_spark(connect, args.quick)
                     spark_rows = _spark_rows(spark)
                     progress.advance(task)
+                # Last: its backlog of up to 1M nodes is left to the embedded ensemble (thrown away whole).
+                if scheduled_on:
+                    progress.update(task, description=f"scheduled: 50/s trickle over {sched.depth:,} parked")
+                    from benchmarks.scheduled_bench import run_section as run_scheduled  # noqa: PLC0415
+
+                    try:
+                        scheduled = run_scheduled(connect, sched, cleanup=bool(args.connect))
+                    except Exception as exc:  # noqa: BLE001 - reported in the table, the rest goes on
+                        log.warning("scheduled row failed: %r", exc)
+                        scheduled = {"status": "n/a", "reason": repr(exc)[:300]}
+                    progress.advance(task)
         finally:
             if args.connect:  # an embedded ensemble is thrown away whole
                 with contextlib.suppress(Exception):
@@ -270,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": jobs,
         "progress": progress_row,
         "flows": flows,
+        "scheduled": scheduled,
         "notes": [
             "Throughput runs are capped at max_seconds; a '(partial)' implementation reports the rate it reached.",
             "put_bg uses 2x count items and put_multi 10x count items (100 per znode).",
@@ -288,6 +313,22 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"JSON: {path}   chart: {png or 'not written (nothing to draw, or matplotlib missing)'}   "
                   f"took {out['duration_s']:.0f} s")
     return 0
+
+
+def scheduled_settings(args: argparse.Namespace) -> Any:
+    """The scheduled row's sizes: 1M parked, 20 s trickle, a 100k flat-layout run (quick: 10k, 3 s, no flat run)."""
+    from benchmarks.scheduled_bench import ScheduledSettings  # noqa: PLC0415
+
+    s = ScheduledSettings(size=args.size)
+    if args.quick:
+        s.depth, s.trickle_seconds, s.flat_depth, s.drain = 10_000, 3.0, 0, 15.0
+    if args.scheduled_depth is not None:
+        s.depth = args.scheduled_depth
+    if args.scheduled_seconds is not None:
+        s.trickle_seconds = args.scheduled_seconds
+    if args.scheduled_flat_depth is not None:
+        s.flat_depth = args.scheduled_flat_depth
+    return s
 
 
 def _warm_up(client: KazooClient, root: str, impls: dict[str, Impl], s: Settings) -> None:

@@ -177,11 +177,13 @@ class Recorder:
 
 
 def _build_delay_queue(builder: Any, park_after: float | None) -> Any:
-    """``builder.build_delay_queue(park_after=...)``; without ``park_after`` when it is None (so this harness also
-    runs on a zkqueue without parking)."""
-    if park_after is None:
-        return builder.build_delay_queue()
-    return builder.build_delay_queue(park_after=park_after)
+    """``builder.build_delay_queue(park_after=...)``, ``None`` passed explicitly (the flat layout; the default is
+    60 s); on a zkqueue without parking only ``None`` is accepted, and the argument is left out."""
+    if parking_supported():
+        return builder.build_delay_queue(park_after=park_after)
+    if park_after is not None:
+        raise RuntimeError("this zkqueue's build_delay_queue has no park_after")
+    return builder.build_delay_queue()
 
 
 def _start_zkqueue_consumer(args: argparse.Namespace, rec: Recorder) -> tuple[Any, Any]:
