@@ -1,0 +1,211 @@
+"""Repeating jobs on a real ZooKeeper: definitions (repeat / repeats / cancel_repeat), cron in a time zone, the
+scheduler firing distinct jobs ``<name>@<fire time>``, catch_up after downtime, and no fire time twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from zkqueue.errors import ConfigurationError
+from zkqueue.jobs import JobQueue, JobState, Repeat
+from zkqueue.jobs.names import node_id
+from zkqueue.jobs.repeats import GRACE_MS, Schedule
+from zkqueue.server.testing import wait_for
+
+PATH = "/jobs/repeats"
+ID_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def fire_ms(job_id: str) -> int:
+    stamp = job_id.rsplit("@", 1)[1]
+    return int(datetime.strptime(stamp, ID_TIME).replace(tzinfo=timezone.utc).timestamp() * 1000)
+
+
+def jobs_of(jq: JobQueue, name: str) -> dict[int, list]:
+    """Fire time (ms) -> the jobs of ``name`` found in records/, completed/ and dead/ (a list, to see doubles)."""
+    out: dict[int, list] = {}
+    client = jq.client
+    for parent in (jq.paths.records, jq.paths.completed, jq.paths.dead):
+        for node in client.get_children(parent):
+            job = jq.get(node)  # the ids in these tests need no escaping
+            if job is not None and job.id.startswith(name + "@"):
+                out.setdefault(fire_ms(job.id), []).append(job)
+    return out
+
+
+def record_created_ms(jq: JobQueue, job_id: str) -> int:
+    from zkqueue.jobs.model import Record  # noqa: PLC0415
+
+    for path in (jq.paths.record(job_id), jq.paths.finished(job_id, JobState.COMPLETED)):
+        stat = jq.client.exists(path)
+        if stat is not None:
+            return Record.decode(jq.client.get(path)[0]).created_ms
+    raise AssertionError(f"no record of {job_id}")
+
+
+def test_repeat_repeats_and_cancel_round_trip(zk_client) -> None:
+    with JobQueue(zk_client, PATH) as jq:
+        assert jq.repeats() == []
+        nightly = jq.repeat("nightly", {"report": "sales"}, cron="0 3 * * *", tz="Europe/Paris")
+        assert isinstance(nightly, Repeat) and nightly.schedule == "0 3 * * *" and nightly.last_fired is None
+        jq.repeat("tick", [1, 2], every=timedelta(minutes=5), catch_up="all")
+        listed = {r.name: r for r in jq.repeats()}
+        assert set(listed) == {"nightly", "tick"}
+        assert listed["nightly"].params == {"report": "sales"} and listed["nightly"].tz == "Europe/Paris"
+        assert listed["nightly"].catch_up == "last" and listed["nightly"].every is None
+        assert listed["tick"].every == timedelta(minutes=5) and listed["tick"].cron is None
+        assert listed["tick"].catch_up == "all" and listed["tick"].params == [1, 2]
+        assert listed["tick"].next_fire.timestamp() % 300 == 0 and listed["tick"].next_fire > datetime.now(timezone.utc)
+
+        replaced = jq.repeat("tick", {"v": 2}, every=60.0, catch_up="none")  # same name: replaced
+        assert replaced.every == timedelta(seconds=60) and replaced.params == {"v": 2}
+        assert [r.name for r in jq.repeats()] == ["nightly", "tick"]
+        assert {r.name: r.catch_up for r in jq.repeats()}["tick"] == "none"
+
+        assert jq.cancel_repeat("tick") is True
+        assert jq.cancel_repeat("tick") is False
+        assert [r.name for r in jq.repeats()] == ["nightly"]
+    reader = JobQueue(zk_client, PATH)  # repeats() needs no start(): what `zkqueue jobs repeats` uses
+    assert [r.name for r in reader.repeats()] == ["nightly"]
+
+
+def test_cron_fires_at_local_time_across_daylight_saving(zk_client) -> None:
+    paris = ZoneInfo("Europe/Paris")
+    schedule = Schedule.of("0 3 * * *", None, "Europe/Paris")
+
+    def next_after(when: datetime) -> datetime:
+        return datetime.fromtimestamp(schedule.next_after(int(when.timestamp() * 1000)) / 1000, timezone.utc)
+
+    # winter (UTC+1) and summer (UTC+2), and the night the clocks go forward (29 March 2026)
+    assert next_after(datetime(2026, 1, 10, 12, tzinfo=timezone.utc)) == datetime(2026, 1, 11, 2, tzinfo=timezone.utc)
+    assert next_after(datetime(2026, 7, 10, 12, tzinfo=timezone.utc)) == datetime(2026, 7, 11, 1, tzinfo=timezone.utc)
+    assert next_after(datetime(2026, 3, 28, 12, tzinfo=timezone.utc)) == datetime(2026, 3, 29, 1, tzinfo=timezone.utc)
+    exactly = datetime(2026, 7, 11, 3, tzinfo=paris)  # strictly after: a fire time itself is not next
+    assert next_after(exactly) == datetime(2026, 7, 12, 1, tzinfo=timezone.utc)
+    with JobQueue(zk_client, PATH) as jq:
+        nightly = jq.repeat("nightly", None, cron="0 3 * * *", tz="Europe/Paris")
+        local = nightly.next_fire.astimezone(paris)
+        assert (local.hour, local.minute, local.second) == (3, 0, 0)
+        assert timedelta(0) < nightly.next_fire - datetime.now(timezone.utc) <= timedelta(days=1)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"cron": "61 * * * *"},
+    {"cron": "not a cron"},
+    {"cron": "0 3 * * *", "every": 60},
+    {},
+    {"every": 60, "catch_up": "some"},
+    {"cron": "0 3 * * *", "tz": "Mars/Olympus"},
+    {"every": 0.5},
+    {"every": 1.5},
+    {"every": timedelta(0)},
+    {"every": 60, "tz": "Europe/Paris"},
+])
+def test_bad_definitions_raise(zk_client, kwargs) -> None:
+    with JobQueue(zk_client, PATH) as jq:
+        with pytest.raises(ConfigurationError):
+            jq.repeat("bad", None, **kwargs)
+        with pytest.raises(ConfigurationError):
+            jq.repeat("", None, every=60)
+        assert jq.repeats() == []
+
+
+def test_every_second_fires_distinct_jobs_a_worker_runs(zk_client) -> None:
+    ran: list[str] = []
+    with JobQueue(zk_client, PATH) as jq:
+        jq.repeat("tick", {"n": 1}, every=1)
+        with jq.work(lambda job: ran.append(job.id) or job.params["n"]):
+            wait_for(lambda: len(ran) >= 3, timeout=15, message=f"ran: {ran}")
+        jobs = jobs_of(jq, "tick")
+        assert all(len(found) == 1 for found in jobs.values()), jobs
+        times = sorted(jobs)
+        assert times == list(range(times[0], times[-1] + 1000, 1000))  # every second, none left out
+        first = jobs[times[0]][0]
+        assert first.id == f"tick@{datetime.fromtimestamp(times[0] / 1000, timezone.utc).strftime(ID_TIME)}"
+        assert node_id(first.id) and first.params == {"n": 1}
+        assert first.state is JobState.COMPLETED and first.result == 1
+        assert jq.repeats()[0].last_fired is not None
+        assert jq.stats()["added"] >= 3
+
+
+def test_completed_firing_is_not_fired_again_after_a_restart(zk_client) -> None:
+    with JobQueue(zk_client, PATH) as jq:
+        jq.repeat("tick", "p", every=1, catch_up="all")
+        with jq.take(max_jobs=1, timeout=10) as jobs:
+            first = jobs[0].id
+        assert jq.get(first).state is JobState.COMPLETED
+    with JobQueue(zk_client, PATH) as jq:  # a new scheduler, elected afresh, reads the repeat's last fire time
+        wait_for(lambda: len(jobs_of(jq, "tick")) >= 4, timeout=15)
+        jobs = jobs_of(jq, "tick")
+        again = jq.get(first)
+        assert again.state is JobState.COMPLETED and again.attempts == 1  # not replaced by a second firing
+        assert all(len(found) == 1 for found in jobs.values())
+        times = sorted(jobs)
+        assert times[0] == fire_ms(first)
+        assert times == list(range(times[0], times[-1] + 1000, 1000))  # "all": the restart's gap is filled
+
+
+def test_catch_up_after_downtime(zk_client) -> None:
+    """Three repeats every second; every job queue closed for ~4 s; then one started half-way through a second
+    (so the first look is well clear of the 1 s grace on both sides). A job is *late* when its record was created
+    more than the grace after its fire time: those are the catch-up firings."""
+    policies = ("last", "all", "none")
+    with JobQueue(zk_client, PATH) as jq:
+        for policy in policies:
+            jq.repeat(policy, policy, every=1, catch_up=policy)
+        wait_for(lambda: all(r.last_fired is not None for r in jq.repeats()), timeout=15)
+        time.sleep(1.2)
+    stopped = {r.name: int(r.last_fired.timestamp() * 1000) for r in JobQueue(zk_client, PATH).repeats()}
+    time.sleep(4.0 + (1.5 - time.time() % 1.0) % 1.0)  # 4-5 s down; restart at x.5 s
+    restart_ms = int(time.time() * 1000)
+    with JobQueue(zk_client, PATH) as jq:
+        wait_for(lambda: all(max(jobs_of(jq, p)) > restart_ms + 1500 for p in policies), timeout=15)
+        for policy in policies:
+            jobs = jobs_of(jq, policy)
+            assert all(len(found) == 1 for found in jobs.values()), (policy, jobs)
+            after = sorted(t for t in jobs if t > stopped[policy])
+            late = [t for t in after if record_created_ms(jq, jobs[t][0].id) - t > GRACE_MS + 200]
+            missed = [t for t in range(stopped[policy] + 1000, restart_ms - GRACE_MS, 1000)]
+            assert len(missed) >= 3, (policy, missed)
+            if policy == "all":
+                assert after == list(range(stopped[policy] + 1000, after[-1] + 1000, 1000)), (policy, after)
+                assert set(missed) <= set(late)
+            elif policy == "last":
+                assert len(late) == 1 and late[0] < restart_ms - GRACE_MS, (policy, late, restart_ms)
+                assert not set(after) & set(missed[:-1])  # the earlier missed times were skipped
+            else:
+                assert late == [] and min(after) >= restart_ms - GRACE_MS, (policy, after, restart_ms)
+            # after the catch-up, every second fires
+            assert after[-3:] == list(range(after[-1] - 2000, after[-1] + 1000, 1000)), (policy, after)
+
+
+def test_close_stops_the_scheduler_thread_and_a_standby_takes_over(zk_client_factory) -> None:
+    first, second = zk_client_factory(), zk_client_factory()
+    a, b = JobQueue(first, PATH), JobQueue(second, PATH)
+    a.start()
+    b.start()
+    try:
+        a.repeat("tick", None, every=1, catch_up="all")
+        wait_for(lambda: len(jobs_of(a, "tick")) >= 2, timeout=15)
+        threads = [t for t in threading.enumerate() if t.name == f"zkqueue-scheduler-{PATH}"]
+        assert len(threads) == 2 and all(t.daemon for t in threads)
+        election = first.Election(f"{PATH}/scheduler")
+        leader = a if election.contenders()[0] == a._scheduler.identifier else b
+        standby = b if leader is a else a
+        assert sorted(election.contenders()) == sorted([a._scheduler.identifier, b._scheduler.identifier])
+        leader.close()
+        assert len([t for t in threading.enumerate() if t.name == f"zkqueue-scheduler-{PATH}"]) == 1
+        assert election.contenders() == [standby._scheduler.identifier]
+        count = len(jobs_of(standby, "tick"))
+        wait_for(lambda: len(jobs_of(standby, "tick")) >= count + 2, timeout=15)
+        jobs = jobs_of(standby, "tick")
+        assert all(len(found) == 1 for found in jobs.values())
+        assert sorted(jobs) == list(range(min(jobs), max(jobs) + 1000, 1000))
+    finally:
+        a.close()
+        b.close()
+    assert not [t for t in threading.enumerate() if t.name == f"zkqueue-scheduler-{PATH}"]

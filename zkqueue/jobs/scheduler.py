@@ -1,0 +1,272 @@
+"""The scheduler of repeating jobs: one elected per job queue path fires the repeats of :mod:`zkqueue.jobs.repeats`.
+
+Every started :class:`~zkqueue.jobs.JobQueue` runs one on a daemon thread (``zkqueue-scheduler-<path>``) that
+contends in kazoo's Election at ``<path>/scheduler``; the winner fires, the others wait in the election (a watch on
+their predecessor, no requests) and one takes over when the winner's session ends. The active one reads the
+repeats (a children watch on ``<path>/repeats`` and a data watch on each), fires what is due, and sleeps until the
+earliest next fire time or until a watch says the definitions changed (at most :data:`MAX_WAIT` seconds).
+
+A firing is one multi through the job queue's engine (exactly once through a lost reply): the repeat node's
+setData, version-checked, advancing ``last_ms``/``next_ms``, with the job's record and queue item. A scheduler that
+lost a race, or a definition replaced or cancelled meanwhile, fails the version check and adds nothing, so no fire
+time is ever handled twice. A fire time whose job id is still unfinished (a record in ``records/``) only advances
+the repeat (counted as ``skipped``).
+
+What fires when the scheduler looks at time ``now`` and the repeat's next fire time ``next`` is at or before it:
+the *due* times are the schedule's times in ``[next, now]``; a due time older than ``now - GRACE_MS`` (1 s,
+:data:`~zkqueue.jobs.repeats.GRACE_MS`) was *missed* (no scheduler ran then, or it was held up); the others are
+*on time* and always fire. Of the missed times:
+
+- ``catch_up="last"`` (default): only the latest fires; the earlier ones are skipped.
+- ``catch_up="all"``: every one fires, oldest first (at most the latest :data:`~zkqueue.jobs.repeats.MAX_CATCH_UP`
+  = 1000 due times fire; older ones are skipped with a WARNING).
+- ``catch_up="none"``: none fires; they are skipped.
+
+Skipped times never fire later: the repeat's next fire time moves past ``now`` in the same multi.
+
+Errors are logged and retried with exponential backoff (tenacity); the thread ends only with :meth:`Scheduler.stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import Any, Callable
+
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+
+from zkqueue.jobs import repeats, store
+from zkqueue.jobs.model import JobState, Record, now_ms
+from zkqueue.jobs.repeats import Definition
+from zkqueue.transport import protocol
+
+log = logging.getLogger("zkqueue.jobs.scheduler")
+
+#: Longest sleep of the active scheduler (seconds) when nothing is due sooner: a safety net, not the wake-up.
+MAX_WAIT = 60.0
+#: Firings committed per engine call (a batch of catch-up firings; each is its own version-checked group).
+COMMIT_CHUNK = 50
+
+
+class Scheduler:
+    """Fires the repeats of the job queue at ``paths`` while elected. ``engine`` is the job queue's engine queue
+    (its ``commit_puts`` commits the firings); ``on_added(n)`` counts added jobs."""
+
+    def __init__(self, client: KazooClient, paths: store.Paths, engine: Any, acl: Any,
+                 on_added: Callable[[int], None] | None = None) -> None:
+        self._client = client
+        self._paths = paths
+        self._engine = engine
+        self._acl = acl
+        self._on_added = on_added
+        self.identifier = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lost = threading.Event()
+        self._guard = threading.Lock()
+        self._election: Any = None
+        self._thread: threading.Thread | None = None
+        self.active = False
+        self.counts = {"fired": 0, "skipped": 0}
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        for path in (repeats.repeats_path(self._paths), repeats.election_path(self._paths)):
+            self._client.ensure_path(path, acl=self._acl)
+        self._thread = threading.Thread(target=self._run, name=f"zkqueue-scheduler-{self._paths.root}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Leave the election (or stop firing), and join the thread. Idempotent."""
+        with self._guard:
+            self._stop.set()
+            election = self._election
+        if election is not None:
+            election.cancel()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("the scheduler of %s did not stop within %.0f s", self._paths.root, timeout)
+
+    # ------------------------------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        self._client.add_listener(self._on_state)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._retrying("contending for the scheduler", lambda: False)(self._contend)
+                except Exception:
+                    if not self._stop.is_set():  # retried until stop: only a stop ends the retries
+                        log.exception("the scheduler of %s failed; contending again", self._paths.root)
+        finally:
+            self._client.remove_listener(self._on_state)
+            log.debug("the scheduler of %s stopped", self._paths.root)
+
+    def _contend(self) -> None:
+        """One election round: wait to be elected, then fire until stopped or the session is lost."""
+        with self._guard:
+            if self._stop.is_set():
+                return
+            election = self._client.Election(repeats.election_path(self._paths), self.identifier)
+            self._election = election
+        self._lost.clear()
+        election.run(self._lead)
+
+    def _lead(self) -> None:
+        log.info("the scheduler of %s is active (%s)", self._paths.root, self.identifier)
+        self.active = True
+        try:
+            while not self._stop.is_set() and not self._lost.is_set():
+                self._wake.clear()
+                delay = self._retrying("firing repeats", self._lost.is_set)(self._pass)
+                self._wake.wait(delay)
+        finally:
+            self.active = False
+            if self._lost.is_set() and not self._stop.is_set():
+                log.warning("the scheduler of %s lost its session; contending again", self._paths.root)
+
+    def _retrying(self, what: str, give_up: Callable[[], bool]) -> tenacity.Retrying:
+        """Retries with exponential backoff (0.2 s doubling up to 15 s, plus up to 0.5 s of jitter), sleeping on
+        the stop event, until stopped or ``give_up()``."""
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.warning("%s in %s failed (attempt %d, next in %.1f s): %r", what, self._paths.root,
+                        state.attempt_number, state.upcoming_sleep, exc,
+                        exc_info=exc if state.attempt_number == 1 else None)
+
+        return tenacity.Retrying(
+            wait=tenacity.wait_exponential(multiplier=0.2, max=15.0) + tenacity.wait_random(0, 0.5),
+            sleep=self._stop.wait,
+            retry=tenacity.retry_if_exception(lambda _exc: not self._stop.is_set() and not give_up()),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+    def _on_state(self, state: str) -> None:  # kazoo's event thread: only flags
+        if state == KazooState.LOST:
+            self._lost.set()
+            self._wake.set()
+
+    def _poke(self, _event: Any) -> None:  # a watch on the repeats: look again
+        self._wake.set()
+
+    # ------------------------------------------------------------------------------------------ one look
+    def _pass(self) -> float:
+        """Fire every due repeat; return the seconds until the earliest next fire time (at most MAX_WAIT)."""
+        earliest: int | None = None
+        for definition, version in repeats.load_all(self._client, self._paths, watch=self._poke):
+            now = now_ms()
+            if definition.next_ms <= now:
+                self._fire(definition, version, now)
+                upcoming = definition.schedule.next_after(now)
+            else:
+                upcoming = definition.next_ms
+            earliest = upcoming if earliest is None else min(earliest, upcoming)
+        if earliest is None:
+            return MAX_WAIT
+        return min(MAX_WAIT, max(0.005, (earliest - now_ms()) / 1000.0 + 0.001))
+
+    def _fire(self, definition: Definition, version: int, now: int) -> None:
+        """Handle the due times of one repeat (see the module doc for which fire), each firing version-checked."""
+        times = self._to_fire(definition, now)
+        after = definition.schedule.next_after(now)
+        path = repeats.repeat_path(self._paths, definition.name)
+        if not times:  # only missed times: skip them, wait for the next one
+            advanced = definition.advanced(after, definition.last_ms)
+            self._commit(definition, [[protocol.SetDataOp(path, advanced.encode(), version)]], [("advance", None)])
+            return
+        ids = [repeats.job_id(definition.name, t) for t in times]
+        unfinished, stale = self._existing(ids)
+        groups: list[list[Any]] = []
+        plan: list[tuple[str, str | None]] = []
+        last = definition.last_ms
+        for i, (t, job_id) in enumerate(zip(times, ids)):
+            next_ms = times[i + 1] if i + 1 < len(times) else after
+            if job_id in unfinished:
+                advanced = definition.advanced(next_ms, last)
+                groups.append([protocol.SetDataOp(path, advanced.encode(), version + i)])
+                plan.append(("skip", job_id))
+                continue
+            last = t
+            advanced = definition.advanced(next_ms, last)
+            record = Record(id=job_id, state=JobState.QUEUED, params=definition.params, due_ms=t)
+            groups.append([protocol.SetDataOp(path, advanced.encode(), version + i),
+                           *store.add_ops(self._paths, record, stale.get(job_id, []), self._acl)])
+            plan.append(("fire", job_id))
+        self._commit(definition, groups, plan)
+
+    def _to_fire(self, definition: Definition, now: int) -> list[int]:
+        """The due times of ``definition`` that fire at ``now``, oldest first (see the module doc)."""
+        schedule, first = definition.schedule, definition.next_ms
+        on_time = schedule.latest_between(max(first, now - repeats.GRACE_MS), now, repeats.MAX_CATCH_UP)[0]
+        if definition.catch_up == "all":
+            times, capped = schedule.latest_between(first, now, repeats.MAX_CATCH_UP)
+            if capped:
+                log.warning("repeat %r of %s: more than %d fire times were missed since %s; only the latest %d "
+                            "fire", definition.name, self._paths.root, repeats.MAX_CATCH_UP,
+                            _stamp(first), repeats.MAX_CATCH_UP)
+            return times
+        latest_missed = schedule.at_or_before(now - repeats.GRACE_MS - 1)
+        if latest_missed < first:
+            return on_time  # nothing missed
+        if definition.catch_up == "last":
+            if first < latest_missed:
+                log.info("repeat %r of %s: fire times missed from %s are skipped; %s fires (catch_up='last')",
+                         definition.name, self._paths.root, _stamp(first), _stamp(latest_missed))
+            return [latest_missed, *on_time]
+        log.info("repeat %r of %s: fire times missed from %s to %s are skipped (catch_up='none')",
+                 definition.name, self._paths.root, _stamp(first), _stamp(latest_missed))
+        return on_time
+
+    def _existing(self, ids: list[str]) -> tuple[set[str], dict[str, list[tuple[str, int]]]]:
+        """The ids among ``ids`` whose job is unfinished, and the finished records (with versions) of the others'
+        earlier runs, which the add replaces."""
+        paths = [(i, p) for i in ids for p in (self._paths.record(i), self._paths.finished(i, JobState.COMPLETED),
+                                               self._paths.finished(i, JobState.DEAD))]
+        unfinished: set[str] = set()
+        stale: dict[str, list[tuple[str, int]]] = {}
+        for (job_id, path), res in zip(paths, protocol.multi_read(self._client, [p for _i, p in paths])):
+            if isinstance(res, BaseException):
+                continue
+            if path == self._paths.record(job_id):
+                unfinished.add(job_id)
+            else:
+                stale.setdefault(job_id, []).append((path, res[1].version))
+        return unfinished, stale
+
+    def _commit(self, definition: Definition, groups: list[list[Any]], plan: list[tuple[str, str | None]]) -> None:
+        """Commit the firings in order (``plan``: per group, ``fire``/``skip``/``advance`` and its job id); stop at
+        the first that fails (a lost race, a changed definition or an id taken meanwhile: the next look reads the
+        repeat again)."""
+        for start in range(0, len(groups), COMMIT_CHUNK):
+            results = self._engine.commit_puts(groups[start:start + COMMIT_CHUNK])
+            for res, (kind, job_id) in zip(results, plan[start:start + COMMIT_CHUNK]):
+                if not res.ok:
+                    log.debug("a firing of repeat %r in %s did not commit (op %s: %r); looking again",
+                              definition.name, self._paths.root, res.op, res.error)
+                    return
+                if kind == "fire":
+                    self.counts["fired"] += 1
+                    if self._on_added is not None:
+                        self._on_added(1)
+                    log.debug("repeat %r of %s fired %s", definition.name, self._paths.root, job_id)
+                elif kind == "skip":
+                    self.counts["skipped"] += 1
+                    log.warning("repeat %r of %s: job %r is still unfinished from an earlier run; this firing "
+                                "is skipped", definition.name, self._paths.root, job_id)
+
+
+def _stamp(ms: int) -> str:
+    return repeats.to_datetime(ms).strftime(repeats.ID_FORMAT)
+
+
+__all__ = ["COMMIT_CHUNK", "MAX_WAIT", "Scheduler"]
