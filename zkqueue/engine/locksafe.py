@@ -138,20 +138,54 @@ class LeaseTaker:
         return (rank, count) if count > 1 else None
 
     def take(self, names: list[str]) -> tuple[list[str], bool]:
-        """Claim, read, deliver and complete ``names``; return (names finished for this instance, whether some
-        were held by others and should be tried again soon)."""
+        """Claim, read, deliver and complete ``names``, as many at a time as the claim hook admits; return (names
+        finished for this instance, whether some were held by others and should be tried again soon). Names not
+        admitted before the queue closed are left alone."""
         assert self._delivery is not None
-        handled, locked, outcomes = self.claim(names)
-        # The previous step's completions went out before this step's claim; collect them before the consumer
-        # sees new nodes, so at most one step is ever consumed-but-unacked.
-        self.completer.collect()
-        self._delivery.deliver_all(outcomes, self.completer.submit, release=self._release_outcomes)
-        handled.extend(o.name for o in outcomes)
+        handled: list[str] = []
+        locked = False
+        rest = names
+        while rest:
+            step_handled, step_locked, outcomes, tried = self.claim(rest)
+            if not tried:  # closing
+                break
+            rest = rest[tried:]
+            handled.extend(step_handled)
+            locked = locked or step_locked
+            # The previous step's completions went out before this step's claim; collect them before the
+            # consumer sees new nodes, so at most one step is ever consumed-but-unacked.
+            self.completer.collect()
+            self._delivery.deliver_all(outcomes, self.completer.submit, release=self._release_outcomes)
+            handled.extend(o.name for o in outcomes)
         return handled, locked
 
-    def claim(self, names: list[str]) -> tuple[list[str], bool, list[Outcome]]:
-        """Claim and read ``names`` (and run the claim hook): (names finished for this instance, whether some were
-        held by others, the claimed nodes to deliver). The caller completes or releases every outcome."""
+    def claim(self, names: list[str], timeout: float | None = None) -> tuple[list[str], bool, list[Outcome], int]:
+        """Claim and read the names the claim hook admits (a prefix of ``names``; see
+        :meth:`~zkqueue.engine.seams.ClaimHook.admit`, which may wait up to ``timeout`` seconds) and run the claim
+        hook: (names finished for this instance, whether some were held by others, the claimed nodes to deliver,
+        how many of ``names`` were tried). ``names[tried:]`` were left alone; ``tried`` is 0 only when nothing
+        was admitted (closing, or ``timeout`` passed). The caller completes or releases every outcome."""
+        hook = self._claim_hook
+        admit = getattr(hook, "admit", None) if names else None
+        if admit is None:
+            return (*self._claim_step(names), len(names))
+        tried = max(0, min(len(names), admit(len(names), self._ctx.closing, timeout)))
+        if not tried:
+            return [], False, [], 0
+        outcomes: list[Outcome] = []
+        try:
+            handled, locked, outcomes = self._claim_step(names[:tried])
+        finally:
+            unused = getattr(hook, "unused", None)
+            try:
+                if unused is not None and tried > len(outcomes):
+                    unused(tried - len(outcomes))
+            except Exception:
+                log.exception("claim hook unused() of %s raised", self._ctx.queue_path)
+        return handled, locked, outcomes, tried
+
+    def _claim_step(self, names: list[str]) -> tuple[list[str], bool, list[Outcome]]:
+        """Claim and read ``names`` and run the claim hook (see :meth:`claim`)."""
         leases = self.leases
         locked = False
         blocks = [naming.block_of(n) for n in names]

@@ -1,8 +1,9 @@
 """Pull mode: a lock-safe queue without a consumer hands out claimed nodes on request (scoped takes).
 
 :meth:`Puller.claim` blocks until at least one node is due (in the queue's order and due times) and claims up to
-``max_nodes`` of them with the same leases and claim hook as the run loop; the caller completes each node later
-with :meth:`Puller.complete` (or gives it back). Item leases are used throughout: the caller's pace is unknown and
+``max_nodes`` of them with the same leases and claim hook as the run loop (as many as the hook's ``admit`` lets
+through: it may wait, within the timeout, e.g. at a rate limit); the caller completes each node later with
+:meth:`Puller.complete` (or gives it back). Item leases are used throughout: the caller's pace is unknown and
 a scope may hold its nodes for long. Large items come back with their blob read (one call's worth at a time).
 """
 
@@ -64,8 +65,13 @@ class Puller:
                 due, next_due = self._due([n for n in present if n not in self._held and n not in self._skip])
                 locked = False
                 while due:
-                    batch, due = due[:max_nodes], due[max_nodes:]
-                    handled, batch_locked, outcomes = self._taker.claim(batch)
+                    batch = due[:max_nodes]
+                    left = None if deadline is None else deadline - time.monotonic()
+                    handled, batch_locked, outcomes, tried = self._taker.claim(batch, left)
+                    if not tried:  # the claim hook admitted none (closing, or the timeout passed at its limit)
+                        locked = True  # (a hook that admits none for another reason: look again soon)
+                        break
+                    due = due[tried:]
                     locked = locked or batch_locked
                     taken = {o.name for o in outcomes}
                     self._skip.update(n for n in handled if n not in taken)

@@ -15,6 +15,10 @@ Three seams, all fenced by the consumer's lease, so a consumer whose session exp
   count survives a consumer that crashes mid-job). A node whose claim ops fail is not delivered; the hook's
   ``claim_failed`` says what happens to it. ``claim_ops`` may instead return a :class:`Completion`: the node is
   then finished at once and never delivered.
+- **Admission.** Before a claim, :meth:`ClaimHook.admit` says how many of the due nodes may be claimed now (it may
+  wait, e.g. at a rate limit, and must return 0 soon once the queue closes); :meth:`ClaimHook.unused` gets back
+  the admitted ones that were not delivered (lost races, claim ops that failed). The engine claims the admitted
+  prefix of what is due and leaves the rest for later: it knows nothing of what the hook counts.
 
 Completions other than a plain ack need a lock path (lock-safe mode): without one, items are deleted before
 delivery (Curator's at-most-once mode) and a returned completion is ignored with a warning.
@@ -22,6 +26,7 @@ delivery (Curator's at-most-once mode) and a returned completion is ignored with
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -101,3 +106,14 @@ class ClaimHook:
         """``node``'s claim ops failed with ``error``: what to do with it (default: release it untouched; it
         is tried again after the usual retry delay)."""
         return Completion.release()
+
+    def admit(self, count: int, closing: threading.Event, timeout: float | None = None) -> int:
+        """How many of ``count`` due nodes may be claimed now (default: all). It may wait (e.g. for a rate limit's
+        budget) but returns 0 at once when ``closing`` is set, and 0 after ``timeout`` seconds (a pull's timeout;
+        None: no limit) if it cannot admit any. Called on the claiming thread, before the claim."""
+        return count
+
+    def unused(self, count: int) -> None:
+        """``count`` nodes the last :meth:`admit` on this thread let through were not delivered (taken by others,
+        held, their claim failed or finished them at once): a budget may use them again. Called on the same
+        thread, after the claim."""

@@ -17,6 +17,7 @@ from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
 from zkqueue.errors import CorruptItemError
 from zkqueue.jobs import names, store
 from zkqueue.jobs.model import JobState, Record
+from zkqueue.jobs.rate import RateLimiter
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.transport import protocol
 
@@ -42,11 +43,17 @@ class JobClaims(ClaimHook):
     ``on_exhausted`` is a seam for the layers above (flows): it decides how a job whose workers kept dying ends, so
     that layer can record the death in its own state in the same fenced multi. A completion whose ops fail (e.g. a
     version check of that layer's state) fails the claim: the node is released and the decision is taken again at
-    its next claim."""
+    its next claim.
+
+    ``rate`` (a :class:`~zkqueue.jobs.rate.RateLimiter`) bounds the jobs claimed per time window across every
+    worker of the queue: the engine asks :meth:`admit` before each claim and gives back through :meth:`unused`
+    what it did not deliver. One JobClaims serves every worker and pull of a job queue in this process, so they
+    share the limiter's slices."""
 
     def __init__(self, client: Any, paths: store.Paths, retry: RetryPolicy, acl: Any,
-                 on_exhausted: OnExhausted | None = None) -> None:
+                 on_exhausted: OnExhausted | None = None, rate: RateLimiter | None = None) -> None:
         self._client = client
+        self.rate = rate
         self._on_exhausted = on_exhausted
         self._paths = paths
         self._retry = retry
@@ -54,6 +61,18 @@ class JobClaims(ClaimHook):
         self._lock = threading.Lock()
         self._read: dict[str, tuple[Record, int] | BaseException] = {}
         self._claimed: dict[str, Claimed] = {}
+
+    def admit(self, count: int, closing: threading.Event, timeout: float | None = None) -> int:
+        """The rate limit's admission (all of ``count`` without one): see :class:`~zkqueue.jobs.rate.RateLimiter`."""
+        return count if self.rate is None else self.rate.admit(count, closing, timeout)
+
+    def unused(self, count: int) -> None:
+        if self.rate is not None:
+            self.rate.unused(count)
+
+    def rate_stats(self) -> dict[str, int]:
+        """The rate limiter's counters (none without a rate limit)."""
+        return self.rate.stats() if self.rate is not None else {}
 
     def prepare(self, nodes: Sequence[ClaimedNode]) -> None:
         records = []
