@@ -1,4 +1,5 @@
-"""``zkqueue jobs ...``: add, look at and redrive the jobs of a job queue (:mod:`zkqueue.jobs`)."""
+"""``zkqueue jobs ...``: add, look at and redrive the jobs of a job queue, and list its repeating jobs
+(:mod:`zkqueue.jobs`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,21 @@ def _job_dict(job: Any) -> dict[str, Any]:
     }
 
 
+def _stamp(when: Any) -> str:
+    return "-" if when is None else when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _repeats_table(path: str, repeats: list[Any]) -> Any:
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title=f"repeating jobs of {path}", caption="times in UTC; job ids are <name>@<fire time>")
+    for name in ("name", "schedule", "tz", "catch_up", "last fired", "next fire"):
+        table.add_column(name, no_wrap=name in ("name", "last fired", "next fire"))
+    for r in repeats:
+        table.add_row(r.name, r.schedule, r.tz, r.catch_up, _stamp(r.last_fired), _stamp(r.next_fire))
+    return table
+
+
 def _ids(job_ids: tuple[str, ...], every: bool) -> list[str] | None:
     if every and job_ids:
         raise click.UsageError("give job ids or --all, not both")
@@ -52,7 +68,7 @@ def register(main: click.Group, connect_option: Any) -> None:
 
     @main.group()
     def jobs() -> None:
-        """Job queues: add jobs, look at them, redrive or purge dead letters."""
+        """Job queues: add jobs, look at them, redrive or purge dead letters, list repeating jobs."""
 
     @jobs.command("add")
     @connect_option
@@ -118,6 +134,35 @@ def register(main: click.Group, connect_option: Any) -> None:
             ids = _ids(job_ids, every)
             with _job_queue(connect, auth, acl, path) as jq:
                 click.echo(f"{verb} {getattr(jq, action)(ids)}")
+
+    @jobs.command("repeats")
+    @connect_option
+    @click.argument("path")
+    def repeats(connect: str, auth: str | None, acl: str | None, path: str) -> None:
+        """The repeating jobs of the job queue at PATH: schedule, time zone, catch_up, last and next fire time.
+        Read only: no scheduler is started."""
+        from rich.console import Console  # noqa: PLC0415
+
+        from zkqueue.jobs import JobQueue  # noqa: PLC0415
+        from zkqueue.ops.depth import kind_of  # noqa: PLC0415
+
+        client = client_for(connect, auth, acl)
+        try:
+            if kind_of(client, path) != "jobs":
+                raise click.ClickException(f"no job queue at {path}")
+            found = JobQueue(client, path).repeats()  # not started: reads only
+        except ZkQueueError as exc:
+            raise click.ClickException(str(exc)) from exc
+        finally:
+            client.stop()
+            client.close()
+        if not found:
+            click.echo(f"no repeating jobs in {path}")
+            return
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)  # piped: one line per repeat, nothing cut
+        console.print(_repeats_table(path, found))
 
     dead_command("retry-dead", "Queue dead jobs again as fresh runs.", "requeued", "retry_dead")
     dead_command("purge-dead", "Delete dead jobs.", "purged", "purge_dead")
