@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from zkqueue.errors import ConfigurationError
 from zkqueue.flows import model
 from zkqueue.flows.model import FlowRecord, FlowState, HistoryEntry, StepError
+from zkqueue.jobs.rate import RateLimit
 from zkqueue.jobs.retry import RetryPolicy
 
 FAIL = "fail"
@@ -32,10 +33,16 @@ class Step:
     on_failure: str | None = None  # None: as the join waiting for it says, else "fail"
     retry: RetryPolicy | None = None
     max_concurrency: int | None = None
+    max_per_second: int | None = None
 
     @property
     def is_join(self) -> bool:
         return bool(self.after)
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The step's job queue's rate limit: ``max_per_second`` runs started per second across the flow."""
+        return RateLimit(self.max_per_second, 1.0) if self.max_per_second is not None else None
 
 
 def _names(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
@@ -56,7 +63,7 @@ def check_name(name: Any) -> str:
 
 def make_step(name: str, handler: Callable[[Any], Any], *, next: str | Sequence[str] | None = None,  # noqa: A002
               after: Sequence[str] | None = None, on_failure: str | None = None, retry: RetryPolicy | None = None,
-              max_concurrency: int | None = None) -> Step:
+              max_concurrency: int | None = None, max_per_second: int | None = None) -> Step:
     """A checked :class:`Step` (references to other steps are checked when the flow starts)."""
     check_name(name)
     if not callable(handler):
@@ -68,10 +75,13 @@ def make_step(name: str, handler: Callable[[Any], Any], *, next: str | Sequence[
     if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int)
                                         or max_concurrency < 1):
         raise ConfigurationError(f"max_concurrency must be None or an int >= 1, got {max_concurrency!r}")
+    if max_per_second is not None and (isinstance(max_per_second, bool) or not isinstance(max_per_second, int)
+                                       or max_per_second < 1):
+        raise ConfigurationError(f"max_per_second must be None or an int >= 1, got {max_per_second!r}")
     after_ = _names(after, "after")
     if after is not None and not after_:
         raise ConfigurationError(f"step {name!r}: after must name at least one step")
-    return Step(name, handler, _names(next, "next"), after_, on_failure, retry, max_concurrency)
+    return Step(name, handler, _names(next, "next"), after_, on_failure, retry, max_concurrency, max_per_second)
 
 
 class Definition:

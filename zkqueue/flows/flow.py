@@ -75,18 +75,19 @@ class Flow:
     # ------------------------------------------------------------------------------------------ definition
     def step(self, name: str, handler: Callable[[Any], Any], *, next: str | Sequence[str] | None = None,  # noqa: A002
              after: Sequence[str] | None = None, on_failure: str | None = None, retry: RetryPolicy | None = None,
-             max_concurrency: int | None = None) -> Flow:
+             max_concurrency: int | None = None, max_per_second: int | None = None) -> Flow:
         """Define step ``name``: ``handler(job)`` gets a :class:`~zkqueue.flows.model.StepJob` and returns the
         step's result (or ``Next(step, result)``). ``next``: the step(s) to queue when it is done (several: a
         fan-out); ``after``: make it a join that runs once when all these steps ended; ``on_failure``: "fail"
         (a dead step ends the flow job FAILED and drops its queued steps) or "continue" (the flow job goes on; a
         join runs with the failure recorded); unset, a step follows the join waiting for it, else "fail".
         ``retry``: this step's policy (default: the flow's); ``max_concurrency``: runs of this step at once
-        across every worker of the flow. Returns the flow."""
+        across every worker of the flow; ``max_per_second``: runs of this step started per second across every
+        worker of the flow (the step queue's :class:`~zkqueue.jobs.RateLimit`). Returns the flow."""
         if self._state != "new":
             raise QueueStateError("define steps before the flow starts")
         self.definition.add(make_step(name, handler, next=next, after=after, on_failure=on_failure, retry=retry,
-                                      max_concurrency=max_concurrency))
+                                      max_concurrency=max_concurrency, max_per_second=max_per_second))
         return self
 
     def retry_of(self, step: Step) -> RetryPolicy:
@@ -103,7 +104,8 @@ class Flow:
             step = self.definition.steps.get(name)
             retry = self.retry_of(step) if step is not None else self.retry
             jq = JobQueue(self.client, self.paths.step(name), retry=retry, acl=self._acl, reap_interval=3600.0,
-                          on_exhausted=self.handoff.exhausted(name))
+                          on_exhausted=self.handoff.exhausted(name),
+                          rate_limit=step.rate_limit if step is not None else None)
             self._queues[name] = jq
             start = self._state == "started" and self._create
         if start:

@@ -1,0 +1,203 @@
+"""Rate limits of job queues (zkqueue.jobs.rate) on a real ZooKeeper: at most ``max_jobs`` jobs started per
+``per`` seconds across every worker and process, in any window of ``per`` seconds, at about one write to the rate
+node per slice of jobs; the limit is reached (>= 90%) when jobs are plentiful; workers at the limit wait (a close
+ends the wait) and every consumption path (workers, take, claim, flows) keeps to it."""
+
+from __future__ import annotations
+
+import bisect
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from zkqueue.errors import ConfigurationError
+from zkqueue.flows import Flow
+from zkqueue.jobs import JobQueue, RateLimit
+from zkqueue.jobs.rate import rate_node
+from zkqueue.server.testing import wait_for
+
+PATH = "/jobs/rated"
+TOLERANCE = 1.10  # handler starts lag their claims a little (threads, a busy machine): 10% over, at most
+
+
+def most_in_window(starts: list[float], per: float = 1.0) -> int:
+    """The most starts in any window of ``per`` seconds (sliding: each window opens at a start)."""
+    starts = sorted(starts)
+    return max((bisect.bisect_left(starts, s + per) - i for i, s in enumerate(starts)), default=0)
+
+
+def most_in_aligned_window(starts: list[float], per: float = 1.0) -> int:
+    """The most starts in one aligned window ``[k * per, (k + 1) * per)`` of the wall clock."""
+    counts: dict[int, int] = {}
+    for s in starts:
+        counts[int(s // per)] = counts.get(int(s // per), 0) + 1
+    return max(counts.values(), default=0)
+
+
+def rate_of(starts: list[float]) -> float:
+    """Jobs started per second: the starts before the last one over the time to it. With ``k * max_jobs + 1`` jobs
+    queued the last start opens the (k+1)-th burst of a saturated limit, so bursts do not flatter the figure."""
+    starts = sorted(starts)
+    return (len(starts) - 1) / (starts[-1] - starts[0])
+
+
+def rate_writes(client, path: str) -> int:
+    """Successful writes to the rate node so far (its data version; the create wrote no grant)."""
+    stat = client.exists(rate_node(path))
+    return stat.version if stat is not None else 0
+
+
+# ------------------------------------------------------------------------------------------------ config
+def test_rate_limits_are_checked(zk_client) -> None:
+    assert RateLimit(100) == RateLimit(max_jobs=100, per=1.0)
+    assert RateLimit(100, 0.5).slice_cap == 12 and RateLimit(3).slice_cap == 1
+    for bad in ((0, 1.0), (1.5, 1.0), (True, 1.0), ("5", 1.0), (5, 0), (5, -1.0), (5, float("nan")),
+                (5, float("inf")), (5, "1")):
+        with pytest.raises(ConfigurationError):
+            RateLimit(*bad)
+    with pytest.raises(ConfigurationError, match="rate_limit must be a RateLimit"):
+        JobQueue(zk_client, PATH, rate_limit=50)
+    flow = Flow(zk_client, "/flows/rated")
+    for bad in (0, -1, 2.5, True, "10"):
+        with pytest.raises(ConfigurationError, match="max_per_second"):
+            flow.step("a", lambda job: None, max_per_second=bad)
+
+
+# ------------------------------------------------------------------------------------------------ one worker
+def test_one_worker_keeps_to_the_limit_and_reaches_it(zk_client) -> None:
+    limit = RateLimit(20, 1.0)
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def handler(job):
+        with lock:
+            starts.append(time.time())
+
+    with JobQueue(zk_client, PATH, rate_limit=limit) as jq:
+        jobs = 3 * limit.max_jobs + 1
+        assert jq.add_all((f"j{i}", i) for i in range(jobs)) == []
+        with jq.work(handler, concurrency=2):
+            wait_for(lambda: jq.counts()["completed"] == jobs, timeout=30)
+        stats = jq.stats()
+        writes = rate_writes(zk_client, PATH)
+    assert len(starts) == jobs
+    assert most_in_aligned_window(starts) <= limit.max_jobs, sorted(starts)
+    assert most_in_window(starts) <= limit.max_jobs * TOLERANCE
+    assert rate_of(starts) >= 0.9 * limit.max_jobs, rate_of(starts)
+    # one write per slice of max_jobs // 8 jobs (2 here)
+    assert stats["rate_slices"] == writes <= -(-jobs // limit.slice_cap) + 2, (stats, writes)
+    print("one worker:", stats, "rate", round(rate_of(starts), 2), "windows", most_in_window(starts))
+    assert stats["rate_waits"] >= 2 and stats["rate_waited_ms"] > 1000, stats  # it waited at the limit, no spin
+
+
+# ------------------------------------------------------------------------------------------------ take, claim
+def test_takes_and_claims_keep_to_the_limit(zk_client) -> None:
+    limit = RateLimit(6, 1.0)  # slices of one job
+    with JobQueue(zk_client, PATH, rate_limit=limit) as jq:
+        assert jq.add_all((f"j{i}", i) for i in range(30)) == []
+        starts: list[float] = []
+        with jq.take(max_jobs=4, timeout=5) as jobs:  # a slice is one job here: the take gets what was admitted
+            assert len(jobs) == 1
+            starts.append(time.time())
+        while len(starts) < 3 * limit.max_jobs:
+            held = jq.claim_many(3, timeout=5)
+            assert held
+            starts += [time.time()] * len(held)
+            for h in held:
+                h.release()  # a released job was still started once: it counts
+        assert most_in_window(starts) <= limit.max_jobs
+        assert rate_of(starts[:2 * limit.max_jobs + 1]) >= 0.9 * limit.max_jobs
+        # At the limit now (the third window's budget is used): a claim with a short timeout comes back empty
+        assert jq.claim(timeout=0.2) is None
+        assert jq.stats()["rate_slices"] == 3 * limit.max_jobs
+
+
+def test_a_close_ends_a_wait_at_the_limit(zk_client) -> None:
+    limit = RateLimit(2, per=120.0)  # the next budget is two minutes away
+    ran: list[str] = []
+    with JobQueue(zk_client, PATH, rate_limit=limit) as jq:
+        assert jq.add_all((f"j{i}", i) for i in range(5)) == []
+        worker = jq.work(lambda job: ran.append(job.id), concurrency=2)
+        wait_for(lambda: jq.counts()["completed"] == 2)
+        began = time.monotonic()
+        assert jq.claim(timeout=0.3) is None  # at the limit: empty after its timeout, not two minutes
+        time.sleep(0.3)
+        worker.stop()  # the worker waits for the next budget: the stop ends the wait
+        took = time.monotonic() - began
+        assert took < 10.0, took
+        assert len(ran) == 2 and jq.counts()["queued"] == 3 and jq.stats()["rate_waits"] >= 2
+
+
+# ------------------------------------------------------------------------------------------------ flows
+def test_a_flow_step_keeps_to_max_per_second(zk_client) -> None:
+    per_second = 10
+    flow = Flow(zk_client, "/flows/rated").step("fetch", lambda job: time.time(), max_per_second=per_second)
+    with flow:
+        ids = [f"f{i}" for i in range(2 * per_second + 1)]
+        for job_id in ids:
+            assert flow.add(job_id, job_id=job_id) == job_id
+        with flow.work(concurrency=4):
+            starts = [flow.wait(job_id, timeout=30).results["fetch"] for job_id in ids]
+        assert zk_client.exists(rate_node(flow.queue("fetch").paths.root)) is not None
+    assert most_in_window(starts) <= per_second * TOLERANCE
+    assert rate_of(starts) >= 0.9 * per_second, rate_of(starts)
+
+
+# ------------------------------------------------------------------------------------------------ processes
+WORKER = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    from kazoo.client import KazooClient
+    from zkqueue.jobs import JobQueue, RateLimit
+
+    hosts, path, max_jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    client = KazooClient(hosts=hosts, timeout=10.0)
+    client.start(timeout=60)
+    jq = JobQueue(client, path, rate_limit=RateLimit(max_jobs, 1.0))
+    jq.start()
+    worker = jq.work(lambda job: {"t": time.time(), "pid": os.getpid()}, concurrency=4)
+    print("READY", flush=True)
+    stop.wait(120)
+    worker.stop()
+    print("STATS", jq.stats(), flush=True)
+    jq.close()
+    client.stop()
+    client.close()
+    """
+)
+
+
+def test_four_worker_processes_share_the_limit(zk_client, zk_hosts) -> None:
+    """THE scenario: 4 processes x 4 threads under 50 jobs/s with jobs always waiting, for about 5 s."""
+    max_jobs, processes = 50, 4
+    jobs = 5 * max_jobs + 1
+    with JobQueue(zk_client, PATH) as jq:  # adds and looks; the workers run in the processes
+        assert jq.add_all((f"p{i:04d}", i) for i in range(jobs)) == []
+        procs = [subprocess.Popen([sys.executable, "-c", WORKER, zk_hosts, PATH, str(max_jobs)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(processes)]
+        try:
+            wait_for(lambda: jq.counts()["completed"] == jobs, timeout=60, interval=0.2,
+                     message=f"left: {jq.counts()}")
+            results = [job.result for job in jq.completed()]
+            writes = rate_writes(zk_client, PATH)
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            outputs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _out, err in outputs]
+    starts = [r["t"] for r in results]
+    assert len(starts) == jobs and len({r["pid"] for r in results}) >= 2  # completed once each, shared out
+    assert most_in_window(starts) <= max_jobs * TOLERANCE, most_in_window(starts)
+    assert rate_of(starts) >= 0.9 * max_jobs, rate_of(starts)
+    assert writes <= jobs / 3, writes  # about one write per slice (max_jobs // 8 = 6 jobs), not one per job
+    print(f"4 processes: {jobs} jobs, {writes} writes to the rate node ({writes / jobs:.3f} per job), "
+          f"{rate_of(starts):.1f} jobs/s, at most {most_in_window(starts)} in a second;",
+          [out.strip().splitlines()[-1] for out, _err in outputs])
