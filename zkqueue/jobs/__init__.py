@@ -12,15 +12,17 @@ with JobQueue(client, "/jobs/mail", retry=RetryPolicy(max_attempts=5)) as jq:
 
 Every change of a job is one ZooKeeper multi fenced by the worker's lease: the claim counts the attempt; the ack
 moves the record to ``completed/`` with the result; a failure requeues the item with a due time and records the
-error; the last failure moves the record to ``dead/``. Layout: :mod:`zkqueue.jobs.store`.
+error; the last failure moves the record to ``dead/``. Layout: :mod:`zkqueue.jobs.store`. A ``rate_limit``
+(:class:`RateLimit`) bounds the jobs started per time window across every worker: :mod:`zkqueue.jobs.rate`.
 """
 
 from zkqueue.jobs.model import Job, JobError, JobState
 from zkqueue.jobs.queue import JobQueue
+from zkqueue.jobs.rate import RateLimit
 from zkqueue.jobs.reaper import Keep
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.jobs.scope import ClaimedJob, HeldJob, TakeScope
 from zkqueue.jobs.worker import JobWorker
 
-__all__ = ["ClaimedJob", "HeldJob", "Job", "JobError", "JobQueue", "JobState", "JobWorker", "Keep", "RetryPolicy",
-           "TakeScope"]
+__all__ = ["ClaimedJob", "HeldJob", "Job", "JobError", "JobQueue", "JobState", "JobWorker", "Keep", "RateLimit",
+           "RetryPolicy", "TakeScope"]
