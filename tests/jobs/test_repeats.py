@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -209,3 +210,62 @@ def test_close_stops_the_scheduler_thread_and_a_standby_takes_over(zk_client_fac
         a.close()
         b.close()
     assert not [t for t in threading.enumerate() if t.name == f"zkqueue-scheduler-{PATH}"]
+
+
+def test_racing_schedulers_fire_each_time_once(zk_client_factory) -> None:
+    """Schedulers that all believe they are active (as after a failover whose old leader has not noticed yet):
+    the version check on the repeat node lets exactly one firing of each time commit."""
+    from zkqueue.jobs.scheduler import Scheduler  # noqa: PLC0415
+
+    ran: list[str] = []
+    queues = [JobQueue(zk_client_factory(), PATH) for _ in range(3)]
+    for jq in queues:
+        jq.start()
+    try:
+        queues[0].repeat("tick", None, every=1, catch_up="all")
+        racers = [Scheduler(jq.client, jq.paths, jq._engine, None) for jq in queues]  # not elected: fire at will
+        stop = threading.Event()
+
+        def race(scheduler: Scheduler) -> None:
+            while not stop.is_set():
+                scheduler._pass()
+                time.sleep(0.002)
+
+        threads = [threading.Thread(target=race, args=(s,)) for s in racers]
+        with queues[1].work(lambda job: ran.append(job.id)):
+            for t in threads:
+                t.start()
+            time.sleep(3.0)
+            stop.set()
+            for t in threads:
+                t.join()
+            jobs = jobs_of(queues[0], "tick")
+            wait_for(lambda: len(ran) >= len(jobs), timeout=10)
+        assert sorted(Counter(ran).values())[-1] == 1, Counter(ran).most_common(3)
+        assert len(jobs) >= 3 and all(len(found) == 1 for found in jobs.values())
+        assert sorted(jobs) == list(range(min(jobs), max(jobs) + 1000, 1000))
+        assert sum(s.counts["fired"] for s in racers) <= len(jobs)
+    finally:
+        for jq in queues:
+            jq.close()
+
+
+def test_a_scheduler_that_lost_the_race_cannot_fire_a_completed_time_again(zk_client) -> None:
+    """A scheduler that read a repeat before its firing (a slow old leader, a lost reply) fires from that stale
+    read after the job has completed: the version check refuses it, so the completed job is not added again."""
+    from zkqueue.jobs.repeats import job_id, load_all  # noqa: PLC0415
+    from zkqueue.jobs.scheduler import Scheduler  # noqa: PLC0415
+
+    with JobQueue(zk_client, PATH) as jq:
+        jq.repeat("tick", "p", every=1)
+        [(before, version)] = load_all(jq.client, jq.paths)
+        first = job_id("tick", before.next_ms)
+        with jq.take(max_jobs=1, timeout=10) as jobs:
+            assert [j.id for j in jobs] == [first]
+        done = jq.get(first)
+        assert done.state is JobState.COMPLETED
+        stale = Scheduler(jq.client, jq.paths, jq._engine, None)
+        stale._fire(before, version, before.next_ms + 100)
+        assert stale.counts["fired"] == 0
+        again = jq.get(first)
+        assert again.state is JobState.COMPLETED and again.updated_at == done.updated_at
