@@ -168,6 +168,23 @@ class QueueBuilder(Generic[T]):
         self._options["put_outcome_wait"] = float(seconds)
         return self
 
+    def run_mover(self, flag: bool) -> "QueueBuilder[T]":
+        """Whether this instance of a parking queue takes part in the election of the mover of parked items
+        (default True). Short-lived producers may opt out; some started instance must take part."""
+        self._options["run_mover"] = bool(flag)
+        return self
+
+    def schedule_layout(self, layout: Any) -> "QueueBuilder[T]":
+        """The time scale of a parking queue's schedule (a :class:`zkqueue.formats.buckets.Layout`: bucket widths,
+        how early buckets are moved). The first instance to start records it; later ones adopt the recorded one.
+        The default suits schedules of minutes to months; tests use a small one."""
+        from zkqueue.formats.buckets import Layout  # noqa: PLC0415
+
+        if not isinstance(layout, Layout):
+            raise ConfigurationError(f"schedule_layout must be a zkqueue.formats.buckets.Layout, got {layout!r}")
+        self._options["schedule_layout"] = layout
+        return self
+
     # -- build
     def build_queue(self) -> DistributedQueue[T]:
         return DistributedQueue(self._client, self._consumer, self._serializer, self._queue_path, **self._options)
@@ -188,15 +205,22 @@ class QueueBuilder(Generic[T]):
 
         return self._build(DistributedPriorityQueue, min_items_before_refresh=min_items_before_refresh)
 
-    def build_delay_queue(self, requeue_backoff: float | None = None) -> Any:
+    def build_delay_queue(self, requeue_backoff: float | None = None, park_after: float | None = 60.0) -> Any:
         """A :class:`zkqueue.recipes.delay.DistributedDelayQueue`: ``put(item, delay_until_epoch_ms)``.
 
         ``requeue_backoff`` (seconds): a failed item is requeued due no earlier than now + backoff; None keeps
         its original due time.
+
+        ``park_after`` (seconds, default 60): an item due further ahead is parked in time buckets under
+        ``<queue>-schedule/`` and moved into the queue node shortly before it is due by one mover elected among
+        the queue's started instances (see :mod:`zkqueue.engine.parking`), so consumers list only what is due
+        soon, however deep the schedule. ``None`` keeps Curator's flat layout (every item in the queue node).
+        Some started zkqueue instance of the queue must be running for parked items to move, also when the
+        consumers are Curator's.
         """
         from zkqueue.recipes.delay import DistributedDelayQueue  # noqa: PLC0415
 
-        return self._build(DistributedDelayQueue, requeue_backoff=requeue_backoff)
+        return self._build(DistributedDelayQueue, requeue_backoff=requeue_backoff, park_after=park_after)
 
     def build_id_queue(self) -> Any:
         """A :class:`zkqueue.recipes.ids.DistributedIdQueue`: ``put(item, id)``, ``remove(id)``, ``is_queued(id)``."""

@@ -9,6 +9,7 @@ import threading
 import pytest
 from familyutil import Recorder, producer
 
+from zkqueue.engine.parking import parked_count
 from zkqueue.formats import naming
 from zkqueue.builder import QueueBuilder
 from zkqueue.recipes.delay import DistributedDelayQueue, now_ms
@@ -49,7 +50,19 @@ def test_late_addition(zk_client) -> None:
         q.put("now-2", now_ms())
         wait_for(lambda: len(rec) == 2)
         assert rec.items == ["now", "now-2"]
-        assert len(zk_client.get_children(QPATH)) == 1  # the far item is still queued
+        assert len(zk_client.get_children(QPATH)) == 0  # the far item is parked, not in the queue node
+        assert parked_count(zk_client, QPATH) == 1
+
+
+def test_late_addition_flat_layout(zk_client) -> None:
+    """Curator testLateAddition as Curator lays it out (park_after=None): the far item stays in the queue node."""
+    rec = Recorder()
+    with delay_queue(zk_client, rec, park_after=None) as q:
+        q.put("far", now_ms() + 2**31 - 1)
+        q.put("now", now_ms())
+        wait_for(lambda: len(rec) == 1)
+        assert rec.items == ["now"]
+        assert len(zk_client.get_children(QPATH)) == 1
 
 
 def test_basic_never_early(zk_client) -> None:

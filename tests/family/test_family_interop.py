@@ -5,11 +5,13 @@ early by either side; ids and simple queues are shared."""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from familyutil import Recorder, producer
 
-from zkqueue.formats import naming
+from zkqueue.engine.parking import parked_count
+from zkqueue.formats import buckets, naming
 from zkqueue.builder import QueueBuilder
 from zkqueue.recipes.delay import now_ms
 from zkqueue.formats.serializers import BytesSerializer
@@ -99,8 +101,33 @@ def test_delay_zkqueue_puts_curator_consumes_in_epoch_order_never_early(peer, zk
     p.close()
     got = peer.consume(QPATH, count=len(pairs), timeout=60, kind="delay")
     assert got == [payload for payload, _ in sorted(pairs, key=lambda x: x[1])]
-    remaining = zk_client.get_children(QPATH)
-    assert len(remaining) == 1 and naming.parse_delay_epoch(remaining[0]) == far  # Curator left it alone
+    assert zk_client.get_children(QPATH) == []  # the far item is parked beside the queue, out of Curator's way
+    assert parked_count(zk_client, QPATH) == 1
+
+
+def test_delay_items_zkqueue_parked_reach_a_curator_consumer_on_time(peer, zk_client) -> None:
+    """Parked items are moved into the queue node under Curator's delay names ahead of their due time, so a
+    Curator DistributedDelayQueue consumer gets them on time (it never hands an item out early itself)."""
+    layout = buckets.Layout(hour_s=60, minute_s=2, lead_s=1.0, margin_s=1.0)
+    q = (QueueBuilder.builder(zk_client, None, BytesSerializer(), QPATH).put_in_background(False)
+         .schedule_layout(layout).build_delay_queue(park_after=0.0))
+    with q:  # a started zkqueue instance runs the mover
+        base = now_ms()
+        due = {f"p{i}".encode(): base + 5000 + 150 * i for i in range(20)}
+        for payload, epoch in due.items():
+            q.put(payload, epoch)
+        assert q.stats().parked == 20 and zk_client.get_children(QPATH) == []
+        seen: dict[bytes, int] = {}
+        with peer.start_consumer(QPATH, count=20, timeout=60, kind="delay") as handle:
+            deadline = time.monotonic() + 40
+            while len(seen) < 20 and time.monotonic() < deadline:
+                for item in handle.items():
+                    seen.setdefault(item, now_ms())
+                time.sleep(0.02)
+    assert sorted(seen) == sorted(due)
+    late = {item: seen[item] - due[item] for item in due}
+    assert max(late.values()) < 2000, late  # on time (Curator's own check keeps it from being early)
+    assert q.stats().unparked == 20
 
 
 def test_id_curator_puts_zkqueue_consumes_and_removes(peer, zk_client) -> None:

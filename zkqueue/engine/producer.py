@@ -21,9 +21,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
+
+from kazoo.exceptions import NoNodeError
 
 from zkqueue.engine.blobs import BlobWriter
 from zkqueue.engine.children import ChildrenCache, Snapshot
@@ -31,6 +33,7 @@ from zkqueue.engine.commit import (
     MAX_OPS_PER_MULTI,
     MULTI_SLACK,
     GroupOutcome,
+    create_op,
     map_error,
     next_chunk,
     node_cost,
@@ -55,6 +58,8 @@ log = logging.getLogger("zkqueue.engine.producer")
 _REQUEST_OVERHEAD = 512
 #: Background put multis in flight at once.
 _PUTS_PIPELINED = 3
+#: Parent nodes (time buckets) a producer remembers as existing.
+_KNOWN_PARENTS = 4096
 
 
 @dataclass
@@ -63,6 +68,9 @@ class PutRequest:
     data: bytes
     item: Any
     multi: bool
+    #: Nodes that must exist before the node (e.g. the time buckets of a parked item), outermost first: created in
+    #: the same round trip as the put, unless this producer already knows them.
+    parents: tuple[str, ...] = ()
 
 
 class Producer:
@@ -103,6 +111,9 @@ class Producer:
         self._bound_lock = threading.Lock()
         self._own_lock = threading.Lock()
         self._own_unlisted: list[int] = []
+        # parents of puts (time buckets) known to exist: LRU
+        self._parents_lock = threading.Lock()
+        self._parents_known: OrderedDict[str, None] = OrderedDict()
         self._group = GroupCommit(lambda reqs: self._send_nodes(reqs, "fg"), lambda req: self._create_node(req, "fg"),
                                   self._take, ctx.queue_path)
 
@@ -194,16 +205,17 @@ class Producer:
     # ------------------------------------------------------------------------------------------ puts
     def put_framed(
         self, data: bytes, prefix: str, item: Any, *, multi: bool = False, timeout: float | None = None,
-        sequence: int | None = None,
+        sequence: int | None = None, parents: tuple[str, ...] = (),
     ) -> bool:
         """Wait for room (bounded queues), then store ``data`` (a frame from :meth:`frame`) as a sequential node
         at ``prefix``. ``item`` is what put listeners receive (the list of items when ``multi``). False only
-        when a bounded queue stayed full for ``timeout`` seconds. With ``sequence`` see :meth:`put_sequenced`."""
+        when a bounded queue stayed full for ``timeout`` seconds. With ``sequence`` see :meth:`put_sequenced`.
+        ``parents``: nodes to create first if missing (see :attr:`PutRequest.parents`)."""
         self._check_started()
         if sequence is not None:
-            return self.put_sequenced(data, prefix, item, sequence, multi=multi)
+            return self.put_sequenced(data, prefix, item, sequence, multi=multi, parents=parents)
         if self._max_items is None:
-            return self._send_framed(data, prefix, item, multi=multi)
+            return self._send_framed(data, prefix, item, multi=multi, parents=parents)
         if timeout is not None:
             timeout = max(0.0, float(timeout))
         self.check_size(prefix, data)
@@ -213,15 +225,16 @@ class Producer:
         try:
             if not self._wait_for_room(timeout):
                 return False
-            return self._send_framed(data, prefix, item, multi=multi)
+            return self._send_framed(data, prefix, item, multi=multi, parents=parents)
         finally:
             self._bound_lock.release()
 
-    def _send_framed(self, data: bytes, prefix: str, item: Any, *, multi: bool) -> bool:
+    def _send_framed(self, data: bytes, prefix: str, item: Any, *, multi: bool, parents: tuple[str, ...] = ()
+                     ) -> bool:
         """Send one framed znode at ``prefix`` (sequential): queued for the put thread, or created now."""
         self._check_started()
         large = self.check_size(prefix, data)
-        req = PutRequest(prefix, data, item, multi)
+        req = PutRequest(prefix, data, item, multi, parents)
         if large:
             return self._put_large(req)
         if self._background:
@@ -235,7 +248,8 @@ class Producer:
         return self._put_now(
             req, lambda: self._group.put(req) if self._max_items is None else self._create_node(req, "fg"))
 
-    def put_sequenced(self, data: bytes, prefix: str, item: Any, sequence: int, *, multi: bool = False) -> bool:
+    def put_sequenced(self, data: bytes, prefix: str, item: Any, sequence: int, *, multi: bool = False,
+                      parents: tuple[str, ...] = ()) -> bool:
         """Store ``data`` as the producer's batch number ``sequence`` (increasing, > 0), in the caller's thread
         after this instance's earlier background puts: a sequence the producer's ``seq`` marker shows committed
         is not stored again. So a producer restarted with the same ``producer_id`` can replay its last batch
@@ -246,7 +260,7 @@ class Producer:
             raise ConfigurationError("a put with a sequence number cannot hold a large item")
         if self._background:
             self.flush()
-        req = PutRequest(prefix, data, item, multi)
+        req = PutRequest(prefix, data, item, multi, parents)
         return self._put_now(req, lambda: self._create_node(req, "seq", number=sequence))
 
     def _put_large(self, req: PutRequest) -> bool:
@@ -281,6 +295,11 @@ class Producer:
         committed, or ``number`` had committed before); every single-node put goes here. Raises the error of its
         create."""
         result = self._send_nodes([req], lane, number=number).result()
+        if not result.ok and req.parents and isinstance(result.failure, NoNodeError):
+            # A parent this producer knew was deleted meanwhile (the mover removes emptied time buckets): the
+            # put did not commit; create the parents again and send it once more.
+            self._forget_parents(req.parents)
+            result = self._send_nodes([req], lane, number=number).result()
         if not result.ok:
             raise result.failure or QueueStateError(f"put to {req.prefix} failed")
         return result.results[0]
@@ -289,14 +308,35 @@ class Producer:
         """Send the sequential nodes of ``reqs`` as ONE multi, in order, led by the lane's marker update, without
         waiting (every put). Its ``result()`` settles a lost reply: exactly once."""
         items = [(r.prefix, r.data) for r in reqs]
+        parents = [p for r in reqs for p in r.parents]
 
         def send(head: list[Any]) -> protocol.PendingMulti:
+            if parents:
+                self.create_parents(parents)
             return protocol.send_creates(self._ctx.client, items, acl=self._ctx.acl, sequence=True,
                                          limit=self._ctx.jute_max_buffer, head=head)
 
         what = f"put of {len(reqs)} to {self._ctx.queue_path}" if len(reqs) > 1 else f"put to {self._ctx.queue_path}"
         return MarkedBatch(self._lanes[lane], send, len(reqs), self._ctx.connection, self._settle_wait, what,
                            number=number)
+
+    def create_parents(self, parents: Sequence[str], *, fresh: bool = False) -> None:
+        """Send creates of the ``parents`` this producer does not know to exist (all of them with ``fresh``),
+        without waiting: they reach the server before any request sent next on this session, and one that exists
+        already fails harmlessly."""
+        with self._parents_lock:
+            unknown = [p for p in dict.fromkeys(parents) if fresh or p not in self._parents_known]
+            for path in unknown:
+                self._parents_known[path] = None
+            while len(self._parents_known) > _KNOWN_PARENTS:
+                self._parents_known.popitem(last=False)
+        for path in unknown:
+            protocol.send_create(self._ctx.client, create_op(path, b"", acl=self._ctx.acl))
+
+    def _forget_parents(self, parents: Sequence[str]) -> None:
+        with self._parents_lock:
+            for path in parents:
+                self._parents_known.pop(path, None)
 
     def read_retrying(self, call: Callable[[], Any], what: str) -> Any:
         """``call()`` (a read before a put), waiting out a lost connection for up to the put outcome wait."""

@@ -50,7 +50,9 @@ from zkqueue.engine.context import ConnectionWatch, QueueContext
 from zkqueue.engine.delivery import Delivery
 from zkqueue.engine.leases import removal_ops
 from zkqueue.engine.locksafe import LeaseTaker
+from zkqueue.engine.mover import Mover
 from zkqueue.engine.nolock import NoLockTaker
+from zkqueue.engine.parking import Parking, Placement, check_park_after
 from zkqueue.engine.producer import Producer
 from zkqueue.engine.pull import Puller
 from zkqueue.engine.quarantine import Quarantine
@@ -66,6 +68,7 @@ from zkqueue.errors import (
     QueueStateError,
 )
 from zkqueue.formats import naming
+from zkqueue.formats.buckets import Layout
 from zkqueue.listeners import Dispatcher, ListenerContainer, QueuePutListener
 from zkqueue.transport import protocol
 
@@ -117,6 +120,9 @@ class DistributedQueue(Generic[T]):
         large_items: LargeItems | None = None,
         producer_id: str | None = None,
         put_outcome_wait: float = 60.0,
+        park_after: float | None = None,
+        run_mover: bool = True,
+        schedule_layout: Layout | None = None,
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
@@ -216,6 +222,12 @@ class DistributedQueue(Generic[T]):
             producer_id=producer_id, settle_wait=float(put_outcome_wait),
         )
         self._blob_reaper = BlobReaper(self._ctx, large_items) if large_items is not None else None
+        #: Parking (see zkqueue.engine.parking): None keeps every item in the queue node (Curator's layout).
+        park_after = check_park_after(park_after)
+        if schedule_layout is not None and not isinstance(schedule_layout, Layout):
+            raise ConfigurationError(f"schedule_layout must be a zkqueue.formats.buckets.Layout, got {schedule_layout!r}")
+        self._parking = Parking(self._queue_path, park_after, schedule_layout) if park_after is not None else None
+        self._mover = Mover(self._ctx, self._parking) if self._parking is not None and run_mover else None
         self._cache: ChildrenCache | None = None
         self._loop: RunLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -318,6 +330,8 @@ class DistributedQueue(Generic[T]):
                 self._client.ensure_path(self._quarantine_path, acl=self._acl)
                 if self._lock_path is None:
                     self._client.ensure_path(self._receipt_path, acl=self._acl)
+            if self._parking is not None:
+                self._parking.open(self._client, self._acl)
         except NoAuthError as exc:
             self._state = _State.STOPPED
             raise map_error(exc) from exc
@@ -339,6 +353,8 @@ class DistributedQueue(Generic[T]):
         self.producer.start(self._cache)
         if self._blob_reaper is not None:
             self._blob_reaper.start()
+        if self._mover is not None:
+            self._mover.start()
         if self._consumer is not None:
             self._start_consuming(self._consumer)
         log.debug("queue %s started", self._queue_path)
@@ -413,6 +429,8 @@ class DistributedQueue(Generic[T]):
                 if thread.is_alive():
                     log.warning("thread %s did not stop within 30s (a consumer still running?)", thread.name)
         self.producer.fail_pending()
+        if self._mover is not None:
+            self._mover.stop()
         if self._blob_reaper is not None:
             self._blob_reaper.stop()
         if self._lease_taker is not None:
@@ -502,6 +520,47 @@ class DistributedQueue(Generic[T]):
         put listeners receive (the list of items when ``multi``). False only when a bounded queue stayed full
         for ``timeout`` seconds."""
         return self.producer.put_framed(data, prefix, item, multi=multi, timeout=timeout)
+
+    # ------------------------------------------------------------------------------------------ parking
+    @property
+    def park_after(self) -> float | None:
+        """Items due more than this many seconds ahead are parked (see :mod:`zkqueue.engine.parking`); None: never."""
+        return self._parking.park_after if self._parking is not None else None
+
+    @property
+    def mover_active(self) -> bool:
+        """Whether this instance is the queue's active mover of parked items."""
+        return self._mover is not None and self._mover.active
+
+    def placement(self, name_prefix: str, due_ms: int) -> Placement:
+        """Where a node named ``name_prefix`` + sequence, due at ``due_ms`` (epoch ms), goes: the queue node, or a
+        time bucket when parking is on and it is due more than ``park_after`` seconds ahead. No I/O."""
+        if self._parking is None:
+            return Placement(naming.join(self._queue_path, name_prefix), ())
+        return self._parking.place(name_prefix, due_ms)
+
+    def place_due(self, name_prefix: str, due_ms: int, *, fresh: bool = False) -> str:
+        """:meth:`placement`'s prefix, with the bucket's nodes created first when parked (sent without waiting:
+        a multi sent after this on the same client sees them; ``fresh`` sends them even if known). The seam for
+        layers that put with their own ops (job adds and retries)."""
+        where = self.placement(name_prefix, due_ms)
+        if where.parked:
+            self.producer.create_parents(where.parents, fresh=fresh)
+            self._counters.add("parked")
+        return where.prefix
+
+    def _put_due(self, name_prefix: str, due_ms: int, items: list[Any], *, multi: bool,
+                 timeout: float | None) -> bool:
+        """Frame ``items`` into one node named ``name_prefix`` + sequence, due at ``due_ms``, parked or not: the put
+        of queues whose items have due times (delay queues)."""
+        data = self._frame(items)
+        where = self.placement(name_prefix, due_ms)
+        if where.parked and self.producer.check_size(where.prefix, data):
+            where = Placement(naming.join(self._queue_path, name_prefix), ())  # large items are never parked
+        if where.parked:
+            self._counters.add("parked")
+        return self.producer.put_framed(data, where.prefix, items if multi else items[0], multi=multi,
+                                        timeout=timeout, parents=where.parents)
 
     def flush_puts(self, timeout: float | None = None) -> bool:
         """Wait until every background put has completed (or failed); False on timeout."""

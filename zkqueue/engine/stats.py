@@ -29,6 +29,10 @@ class QueueStats:
     leases_downgraded: int = 0
     large_items_put: int = 0
     blobs_reclaimed: int = 0
+    #: Puts sent to the schedule (due more than ``park_after`` ahead), and parked items this instance's mover moved
+    #: into the queue node.
+    parked: int = 0
+    unparked: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -1,5 +1,10 @@
 """DistributedDelayQueue: Curator's delay queue (an item is handed out no earlier than its due time).
 
+Parking (``build_delay_queue(park_after=60.0)``, the default): an item due more than ``park_after`` seconds ahead
+waits in a time bucket under ``<queue>-schedule/`` and is moved into the queue node, under its Curator name,
+shortly before it is due (see :mod:`zkqueue.engine.parking`), so consumers never list a month of schedule.
+``park_after=None`` keeps Curator's flat layout.
+
 Names are Curator's (``queue-|<hex epoch ms>|<seq>``). The engine's loop sleeps until the head of the queue is
 due or the children change; it never polls. Fixed against Curator: equal due times stay FIFO (by sequence),
 and a requeued item keeps its due time (Curator re-creates it as plain ``queue-<seq>``, due at once), with an
@@ -70,16 +75,18 @@ class DistributedDelayQueue(DistributedQueue[T]):
     # -- puts
     def put(self, item: T, delay_until_epoch_ms: int, timeout: float | None = None) -> bool:  # type: ignore[override]
         """Add ``item``, to be handed out no earlier than ``delay_until_epoch_ms`` (epoch ms, > 0; a past
-        time means now)."""
+        time means now). With parking, an item due more than ``park_after`` seconds ahead is parked."""
         self._check_started()
-        return self._put_one(naming.join(self.queue_path, naming.delay_prefix(delay_until_epoch_ms)), item, timeout)
+        return self._put_due(naming.delay_prefix(delay_until_epoch_ms), delay_until_epoch_ms, [item], multi=False,
+                             timeout=timeout)
 
     def put_multi(  # type: ignore[override]
         self, items: Iterable[T], delay_until_epoch_ms: int, timeout: float | None = None
     ) -> bool:
         """Add ``items`` in ONE znode due at ``delay_until_epoch_ms``."""
         self._check_started()
-        return self._put_many(naming.join(self.queue_path, naming.delay_prefix(delay_until_epoch_ms)), items, timeout)
+        return self._put_due(naming.delay_prefix(delay_until_epoch_ms), delay_until_epoch_ms, list(items),
+                             multi=True, timeout=timeout)
 
     # -- hooks
     def get_delay(self, item_node: str) -> float:

@@ -68,7 +68,7 @@ from zkqueue.transport.reads import (
     multi_read_async,
     send_multi_read,
 )
-from zkqueue.transport.requests import call, create
+from zkqueue.transport.requests import call, create, send_create
 
 
 def run_multi(
@@ -98,6 +98,7 @@ __all__ = [
     "SetDataOp",
     "call",
     "create",
+    "send_create",
     "create_many",
     "delete_many",
     "gather",

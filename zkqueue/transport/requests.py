@@ -20,7 +20,7 @@ from zkqueue.transport.ops import CreateOp, _to_request
 #: Errors meaning "we lost the connection; the outcome of the request is unknown".
 CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 
-__all__ = ["call", "create"]
+__all__ = ["call", "create", "send_create"]
 
 
 class _Reply:
@@ -89,3 +89,11 @@ def create(client: Any, op: CreateOp, *, timeout: float | None = None) -> str:
     """Create one node (``op``) and return its path (with the server's sequence suffix, without the chroot):
     ``client.create`` through :func:`call`."""
     return client.unchroot(call(client, _to_request(client, op), timeout=timeout))
+
+
+def send_create(client: Any, op: CreateOp) -> _Reply:
+    """Send the create ``op`` now, in order with the client's other calls, without waiting: ``get()`` on the
+    returned slot gives the created path (with the chroot) or raises the create's error. A request sent after it
+    on the same session sees the node (ZooKeeper answers one session's requests in order), so parents can be
+    created in the same round trip as the children put under them."""
+    return _send(client, _to_request(client, op))
