@@ -20,9 +20,10 @@ from zkqueue.jobs.model import Job, JobError, JobState
 from zkqueue.jobs.queue import JobQueue
 from zkqueue.jobs.rate import RateLimit
 from zkqueue.jobs.reaper import Keep
+from zkqueue.jobs.repeats import Repeat
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.jobs.scope import ClaimedJob, HeldJob, TakeScope
 from zkqueue.jobs.worker import JobWorker
 
 __all__ = ["ClaimedJob", "HeldJob", "Job", "JobError", "JobQueue", "JobState", "JobWorker", "Keep", "RateLimit",
-           "RetryPolicy", "TakeScope"]
+           "Repeat", "RetryPolicy", "TakeScope"]

@@ -34,10 +34,14 @@ def job_id_of(node: str) -> str:
     return naming.unescape_id(node)
 
 
+def item_name_prefix(job_id: str, *, due_ms: int, priority: int, kind: str) -> str:
+    """The name of a job's queue item without its sequence (the same in the queue and, parked, in a bucket)."""
+    return f"{naming.ITEM_PREFIX}|{max(0, due_ms):011X}|{naming.encode_priority(priority)}|{kind}|{node_id(job_id)}|"
+
+
 def item_prefix(queue_path: str, job_id: str, *, due_ms: int, priority: int, kind: str) -> str:
-    """The sequential prefix of a job's queue item."""
-    return naming.join(queue_path, f"{naming.ITEM_PREFIX}|{max(0, due_ms):011X}|{naming.encode_priority(priority)}"
-                                   f"|{kind}|{node_id(job_id)}|")
+    """The sequential prefix of a job's queue item in the queue node."""
+    return naming.join(queue_path, item_name_prefix(job_id, due_ms=due_ms, priority=priority, kind=kind))
 
 
 class ItemName(NamedTuple):

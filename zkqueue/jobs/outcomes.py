@@ -7,7 +7,7 @@ import logging
 import threading
 import traceback as tb
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from zkqueue.engine.log_limits import RepeatLimiter
 from zkqueue.engine.seams import Completion
@@ -27,8 +27,11 @@ JOB_ERRORS = RepeatLimiter()
 class JobOutcomes:
     """Turns a claimed job's result or error into the completion that records it."""
 
-    def __init__(self, paths: store.Paths, serializer: Any, retry: RetryPolicy, acl: Any) -> None:
+    def __init__(self, paths: store.Paths, serializer: Any, retry: RetryPolicy, acl: Any,
+                 place: Callable[[str, int], str] | None = None) -> None:
         self._paths = paths
+        #: Where a retry's item goes (name prefix, due ms) -> sequential prefix: parked when due far ahead.
+        self._place = place
         self._serializer = serializer
         self._retry = retry
         self._acl = acl
@@ -66,7 +69,8 @@ class JobOutcomes:
                              record.attempts, self._retry.max_attempts, type(error).__name__, error, delay,
                              level=logging.WARNING, scope=self._paths.root)
             self.count("retried")
-            return store.retry(self._paths, record, claimed.version, now_ms() + int(delay * 1000), errors)
+            return store.retry(self._paths, record, claimed.version, now_ms() + int(delay * 1000), errors,
+                               self._place)
         # Its own line, always shown (a death is rare and needs attention), whatever the retries of the same error
         # logged before; the traceback is in the job's record (zkqueue jobs show / the dashboard).
         log.warning("job %s of %s failed (attempt %d of %d): %s: %s; it goes to the dead letters", record.id,

@@ -7,6 +7,7 @@ import logging
 import threading
 import uuid
 from concurrent.futures import Executor
+from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Sequence
 
 from kazoo.client import KazooClient
@@ -15,13 +16,18 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 from zkqueue.engine.queue import DistributedQueue
 from zkqueue.errors import ConfigurationError, QueueClosedError, QueueNotStartedError, QueueStateError
 from zkqueue.engine.leases import held_items
+from zkqueue.engine.parking import parked_count
 from zkqueue.formats import naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
 from zkqueue.jobs import names, store
 from zkqueue.jobs.claims import JobClaims, OnExhausted
 from zkqueue.jobs.model import Job, JobState, Record, now_ms
 from zkqueue.jobs.outcomes import JobOutcomes
+from zkqueue.jobs.rate import RateLimit, limiter_for
 from zkqueue.jobs.reaper import Keep, Reaper, reap
+from zkqueue.jobs import repeats as repeat_store
+from zkqueue.jobs.repeats import Repeat, Schedule
+from zkqueue.jobs.scheduler import Scheduler
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.jobs.scope import HeldJob, TakeScope, claim_held
 from zkqueue.jobs.worker import JobWorker
@@ -37,7 +43,8 @@ class JobQueue:
     backoff. ``keep_completed`` / ``keep_dead`` bound the finished records (:class:`~zkqueue.jobs.reaper.Keep`),
     checked every ``reap_interval`` seconds. ``acl`` is the ACL of every node the queue creates. ``on_exhausted``
     (a seam for the layers above) decides how a job out of attempts at claim time ends (see
-    :class:`~zkqueue.jobs.claims.JobClaims`).
+    :class:`~zkqueue.jobs.claims.JobClaims`). ``rate_limit`` (a :class:`~zkqueue.jobs.rate.RateLimit`) bounds the
+    jobs started per time window across every worker, take and claim of the queue, in every process.
     """
 
     def __init__(
@@ -53,6 +60,9 @@ class JobQueue:
         acl: Sequence[Any] | None = None,
         batch_size: int | None = None,
         on_exhausted: OnExhausted | None = None,
+        rate_limit: RateLimit | None = None,
+        park_after: float | None = 60.0,
+        schedule_layout: Any = None,
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
@@ -69,8 +79,12 @@ class JobQueue:
         self._keep_dead = keep_dead or Keep(count=10_000, age=None)
         self._reap_interval = float(reap_interval)
         self._batch_size = batch_size
-        self._claims = JobClaims(client, self.paths, self.retry, self._acl, on_exhausted)
-        self._outcomes = JobOutcomes(self.paths, self._serializer, self.retry, self._acl)
+        self._claims = JobClaims(client, self.paths, self.retry, self._acl, on_exhausted,
+                                 limiter_for(client, self.paths.root, rate_limit, self._acl))
+        self._park_after = park_after
+        self._schedule_layout = schedule_layout
+        self._outcomes = JobOutcomes(self.paths, self._serializer, self.retry, self._acl,
+                                     place=lambda name, due: self._engine.place_due(name, due))
         self._engine: DistributedQueue[Any] = self._engine_queue(None, None)  # adds, pulls, commits
         self._workers: list[JobWorker] = []
         self._reaper: Reaper | None = None
@@ -88,7 +102,9 @@ class JobQueue:
         queue = _JobItems(
             self._client, consumer, BytesSerializer(), self.paths.queue, lock_path=self.paths.locks,
             executor=executor, put_in_background=False, final_flush_time=0.0, acl=self._acl,
-            claim_hook=self._claims, **options,
+            claim_hook=self._claims, park_after=self._park_after, schedule_layout=self._schedule_layout,
+            run_mover=consumer is None,  # the job queue's own engine queue takes part in the mover's election
+            **options,
         )
         return queue
 
@@ -101,9 +117,14 @@ class JobQueue:
                                              (self.paths.dead, self._keep_dead)],
                               self._reap_interval, f"zkqueue-reaper-{self.paths.root}")
         self._reaper.start()
+        self._scheduler = Scheduler(self._client, self.paths, self._engine, self._acl,
+                                    on_added=lambda n: self._outcomes.count("added", n))
+        self._scheduler.start()  # fires the repeats while elected (see zkqueue.jobs.scheduler)
 
     def close(self) -> None:
-        """Stop every worker (running jobs finish first), then the queue. Idempotent."""
+        """Stop the scheduler of repeats, every worker (running jobs finish first), then the queue. Idempotent."""
+        if self._scheduler is not None:
+            self._scheduler.stop()
         with self._lock:
             workers, self._workers = self._workers, []
         for worker in workers:
@@ -127,22 +148,25 @@ class JobQueue:
 
     # ------------------------------------------------------------------------------------------ adding
     def add(self, params: Any, job_id: str | None = None, *, delay: float | None = None,
-            priority: int = 0) -> str | None:
+            run_at: datetime | None = None, priority: int = 0) -> str | None:
         """Queue a job; return its id, or None if a job with that id is queued, active or retrying (that job is
-        left as it is). ``delay``: seconds before it may run; ``priority``: lower runs first among due jobs."""
+        left as it is). ``delay``: seconds before it may run, or ``run_at``: a timezone-aware datetime before which
+        it does not run (a job due more than ``park_after`` seconds ahead is parked in time buckets until shortly
+        before; see :mod:`zkqueue.engine.parking`); ``priority``: lower runs first among due jobs."""
         job_id = uuid.uuid4().hex if job_id is None else job_id
-        rejected = self._add([(job_id, params)], delay=delay, priority=priority)
+        rejected = self._add([(job_id, params)], delay=delay, run_at=run_at, priority=priority)
         return None if rejected else job_id
 
     def add_all(self, jobs: Iterable[tuple[str, Any]], *, delay: float | None = None,
-                priority: int = 0) -> list[str]:
+                run_at: datetime | None = None, priority: int = 0) -> list[str]:
         """Queue ``(job_id, params)`` pairs in as few multis as possible; return the ids rejected as duplicates
         (of an unfinished job, or given twice here)."""
-        return self._add(list(jobs), delay=delay, priority=priority)
+        return self._add(list(jobs), delay=delay, run_at=run_at, priority=priority)
 
-    def _add(self, jobs: list[tuple[str, Any]], *, delay: float | None, priority: int) -> list[str]:
+    def _add(self, jobs: list[tuple[str, Any]], *, delay: float | None, run_at: datetime | None,
+             priority: int) -> list[str]:
         self._check_started()
-        due = store.due_at(delay)
+        due = store.due_at(delay, run_at)
         records: list[Record] = []
         rejected: list[str] = []
         seen: set[str] = set()
@@ -161,7 +185,10 @@ class JobQueue:
                 break
             ids = [r.id for r in records]
             stale = self._engine.read_retrying(lambda: self._finished_records(ids), f"adding to {self.paths.root}")
-            groups = [store.add_ops(self.paths, r, stale.get(r.id, []), self._acl) for r in records]
+            # parked when due far ahead (the buckets are created first: fresh on the second attempt)
+            at = {r.id: self._engine.place_due(store.item_name(r, names.NEW), due, fresh=attempt > 0)
+                  for r in records} if due else {}
+            groups = [store.add_ops(self.paths, r, stale.get(r.id, []), self._acl, at.get(r.id)) for r in records]
             again: list[Record] = []
             for record, group, res in zip(records, groups, self._engine.commit_puts(groups)):
                 if res.ok:
@@ -171,6 +198,8 @@ class JobQueue:
                 elif attempt == 0 and res.op is not None and 0 < res.op < len(group) - 1 and isinstance(
                         res.error, (NoNodeError, BadVersionError)):
                     again.append(record)  # an earlier run's finished record changed meanwhile: look again
+                elif attempt == 0 and res.op == len(group) - 1 and isinstance(res.error, NoNodeError) and due:
+                    again.append(record)  # its time bucket was removed meanwhile (clock skew): create it again
                 else:
                     raise QueueStateError(f"adding job {record.id!r} to {self.paths.root} failed: {res.error!r}")
             records = again
@@ -232,14 +261,17 @@ class JobQueue:
         return None
 
     def counts(self) -> dict[str, int]:
-        """Jobs by state: queued (waiting, incl. delayed first runs), active (held by a worker), retrying
-        (waiting for a next attempt), dead and completed. Two listings and two stats; no record is read."""
+        """Jobs by state: queued (waiting in the queue node, incl. delayed first runs due soon), active (held by a
+        worker), retrying (waiting in the queue node for a next attempt), scheduled (parked: first runs and retries
+        due more than ``park_after`` seconds ahead), dead and completed. Listings and stats; no record is read.
+        With parking, scheduled costs one read per time bucket (see :func:`zkqueue.engine.parking.parked_count`)."""
         items = [n for n in self._client.get_children(self.paths.queue) if names.parse_item(n) is not None]
         held = held_items(items, self._client.get_children(self.paths.locks), self.paths.queue)
         counts = {"queued": 0, "active": len(held), "retrying": 0}
         for name in items:
             if name not in held:
                 counts["retrying" if names.parse_item(name).kind == names.RETRY else "queued"] += 1  # type: ignore[union-attr]
+        counts["scheduled"] = parked_count(self._client, self.paths.queue) if self._park_after is not None else 0
         for key, parent in (("dead", self.paths.dead), ("completed", self.paths.completed)):
             stat = self._client.exists(parent)
             counts[key] = stat.numChildren if stat else 0
@@ -248,9 +280,11 @@ class JobQueue:
     def stats(self) -> dict[str, int]:
         """What this instance did so far: jobs ``added``, and job ends its workers and scopes decided:
         ``completed``, ``retried`` (a failed attempt with another to come) and ``dead_lettered``. Counters for
-        :mod:`zkqueue.metrics`; :meth:`counts` is the queue's state across every instance."""
+        :mod:`zkqueue.metrics`; :meth:`counts` is the queue's state across every instance. With a ``rate_limit``
+        also ``rate_slices``, ``rate_waits``, ``rate_waited_ms``, ... (:meth:`~zkqueue.jobs.rate.RateLimiter.stats`)."""
         tally = self._outcomes.tallied()
-        return {key: tally.get(key, 0) for key in ("added", "completed", "retried", "dead_lettered")}
+        return {**{key: tally.get(key, 0) for key in ("added", "completed", "retried", "dead_lettered")},
+                **self._claims.rate_stats()}
 
     def dead_letters(self, limit: int | None = None) -> list[Job]:
         """The dead jobs, the most recently dead first."""
@@ -297,6 +331,32 @@ class JobQueue:
 
     def __repr__(self) -> str:
         return f"JobQueue(path={self.paths.root!r}, retry={self.retry!r})"
+
+    # ------------------------------------------------------------------------------------------ repeating jobs
+    _scheduler: Scheduler | None = None  # set by start()
+
+    def repeat(self, name: str, params: Any, cron: str | None = None, *, every: timedelta | float | None = None,
+               tz: str = "UTC", catch_up: str = "last") -> Repeat:
+        """Add a job ``<name>@<fire time>`` (``nightly@2026-11-24T03:00:00Z``) at every fire time of ``cron``
+        (in ``tz``) or ``every`` (whole seconds since the epoch); ``catch_up`` ("last", "all", "none") decides what
+        fires for times missed while no job queue ran. The same ``name`` again replaces the definition and keeps its
+        last fired time (nothing fires twice). See :mod:`zkqueue.jobs.scheduler`."""
+        self._check_started()
+        repeat_store.check_name(name)
+        schedule = Schedule.of(cron, every, tz)
+        repeat_store.check_catch_up(catch_up)
+        data = bytes(self._serializer.serialize(params))
+        definition = repeat_store.save(self._client, self.paths, name, schedule, catch_up, data, self._acl)
+        return definition.public(self._serializer)
+
+    def repeats(self) -> list[Repeat]:
+        """The repeat definitions, by name, with their last and next fire times (no start() needed)."""
+        return [d.public(self._serializer) for d, _version in repeat_store.load_all(self._client, self.paths)]
+
+    def cancel_repeat(self, name: str) -> bool:
+        """Stop repeating ``name``; False if there was no such repeat. Jobs it already added stay."""
+        self._check_started()
+        return repeat_store.delete(self._client, self.paths, repeat_store.check_name(name))
 
 
 class _JobItems(DistributedQueue):  # type: ignore[type-arg]

@@ -10,9 +10,11 @@ queue down.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Callable
 
 from zkqueue.engine.commit import create_op, delete_op
+from zkqueue.errors import ConfigurationError
 from zkqueue.engine.seams import Completion
 from zkqueue.formats import framing, naming
 from zkqueue.jobs import names
@@ -61,13 +63,20 @@ class Paths:
         return names.item_prefix(self.queue, record.id, due_ms=record.due_ms, priority=record.priority, kind=kind)
 
 
-def add_ops(paths: Paths, record: Record, stale: list[tuple[str, int]], acl: Any) -> list[Any]:
+def item_name(record: Record, kind: str) -> str:
+    """The name prefix of ``record``'s queue item (see :func:`zkqueue.jobs.names.item_name_prefix`)."""
+    return names.item_name_prefix(record.id, due_ms=record.due_ms, priority=record.priority, kind=kind)
+
+
+def add_ops(paths: Paths, record: Record, stale: list[tuple[str, int]], acl: Any, at: str | None = None
+            ) -> list[Any]:
     """Ops that add a job: its record (fails if the id is unfinished), the finished records of an earlier run
-    deleted (version-checked), and its queue item."""
+    deleted (version-checked), and its queue item (at the sequential prefix ``at``: a time bucket when the job is
+    parked; by default the queue node)."""
     return [
         create_op(paths.record(record.id), record.encode(), acl=acl),
         *(delete_op(path, version) for path, version in stale),
-        create_op(paths.item_prefix(record, names.NEW), ITEM_DATA, sequence=True, acl=acl),
+        create_op(at or paths.item_prefix(record, names.NEW), ITEM_DATA, sequence=True, acl=acl),
     ]
 
 
@@ -86,11 +95,15 @@ def finish(paths: Paths, record: Record, version: int, state: JobState, acl: Any
     ])
 
 
-def retry(paths: Paths, record: Record, version: int, due_ms: int, errors: tuple[Any, ...]) -> Completion:
-    """Requeue the item due at ``due_ms``; the record RETRYING with the error, in the same multi."""
+def retry(paths: Paths, record: Record, version: int, due_ms: int, errors: tuple[Any, ...],
+          place: Callable[[str, int], str] | None = None) -> Completion:
+    """Requeue the item due at ``due_ms``; the record RETRYING with the error, in the same multi. ``place`` maps
+    the item's name prefix and due time to where it goes (a time bucket for a long backoff; default: the queue)."""
     waiting = record.moved(JobState.RETRYING, errors=errors, due_ms=due_ms)
+    prefix = (place(item_name(waiting, names.RETRY), due_ms) if place is not None
+              else paths.item_prefix(waiting, names.RETRY))
     return Completion.requeue(
-        prefix=paths.item_prefix(waiting, names.RETRY), data=ITEM_DATA,
+        prefix=prefix, data=ITEM_DATA,
         extra_ops=[protocol.SetDataOp(paths.record(record.id), waiting.encode(), version)],
     )
 
@@ -105,9 +118,22 @@ def redrive_ops(paths: Paths, dead: Record, version: int, acl: Any) -> list[Any]
     ]
 
 
-def due_at(delay: float | None) -> int:
-    """A due time ``delay`` seconds from now (0: due at once, ordered before every delayed job)."""
+def due_at(delay: float | None, run_at: datetime | None = None) -> int:
+    """A due time ``delay`` seconds from now, or at ``run_at`` (a timezone-aware datetime); 0 (due at once,
+    ordered before every delayed job) for neither or a time already past."""
+    if run_at is not None:
+        if delay is not None:
+            raise ConfigurationError("give delay or run_at, not both")
+        if not isinstance(run_at, datetime):
+            raise ConfigurationError(f"run_at must be a datetime, got {run_at!r}")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ConfigurationError(f"run_at must be timezone-aware (e.g. datetime(..., tzinfo=timezone.utc)), "
+                                     f"got {run_at!r}")
+        due = int(run_at.timestamp() * 1000)
+        return due if due > now_ms() else 0
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float))):
+        raise ConfigurationError(f"delay must be a number of seconds, got {delay!r}")
     return 0 if not delay or delay <= 0 else now_ms() + int(delay * 1000)
 
 
-__all__ = ["ITEM_DATA", "Paths", "add_ops", "claim_ops", "due_at", "finish", "redrive_ops", "retry"]
+__all__ = ["ITEM_DATA", "Paths", "add_ops", "claim_ops", "due_at", "finish", "item_name", "redrive_ops", "retry"]
