@@ -36,6 +36,7 @@ Rows:
 Targets: zkqueue parked p99 <= 50 ms, and <= 1.5x the empty queue's p99; no early delivery.
 
     python -m benchmarks.scheduled_bench section [--hosts HOSTS] [--depth 1000000] [--seconds 20] [--flat-depth N]
+                                                 [--threads 2] [--cleanup]
     python -m benchmarks.scheduled_bench consumer --impl zkqueue --hosts H --path P --lock-path L [--park-after S]
     python -m benchmarks.scheduled_bench consumer --impl redis --redis-url URL [--poll-ms 10]
 """
@@ -84,7 +85,8 @@ class ScheduledSettings:
     park_after: float = 60.0
     flat_depth: int = 100_000  # zkqueue with park_after=None at this depth; 0 skips that row
     flat_seconds: float = 10.0  # trickle length of the flat row
-    producer_threads: int = 2
+    producer_threads: int = 2  # prefill threads, spread over the producer sessions
+    producer_sessions: int = 1  # prefill producers, each a delay queue on its own ZooKeeper session
     size: int = 100  # payload bytes
     poll_ms: float = 10.0  # Redis poller's sleep when nothing is due
     drain: float = 30.0  # seconds the consumer may take after the last trickle put
@@ -400,6 +402,40 @@ def count_nodes(client: Any, path: str, list_limit: int = 100_000) -> int:
     return total
 
 
+def wipe_tree(client: Any, root: str, chunk: int = 500, in_flight: int = 8) -> int:
+    """Delete ``root`` and everything under it: the tree is listed level by level (getChildren multiReads, several
+    in flight), then deleted deepest level first in multis of ``chunk`` deletes. A schedule of 1M parked items
+    has 43,920 buckets, which :func:`benchmarks.prefill.wipe` (one listing round trip per bucket) takes minutes
+    over. Returns the number of nodes found under ``root``."""
+    from kazoo.exceptions import NoNodeError  # noqa: PLC0415
+
+    from zkqueue.transport.protocol import DeleteOp, send_multi, send_multi_read  # noqa: PLC0415
+
+    if client.exists(root) is None:
+        return 0
+    levels: list[list[str]] = [[root]]
+    while levels[-1]:
+        frontier, below = levels[-1], []
+        for lo in range(0, len(frontier), chunk * in_flight):
+            paths = [frontier[i : i + chunk] for i in range(lo, min(len(frontier), lo + chunk * in_flight), chunk)]
+            pending = [send_multi_read(client, group, children=True) for group in paths]
+            for group, reads in zip(paths, pending, strict=True):
+                for path, names in zip(group, reads.result(120), strict=True):
+                    if not isinstance(names, BaseException):
+                        below.extend(f"{path}/{name}" for name in names)
+        levels.append(below)
+    for level in reversed(levels[1:]):
+        for lo in range(0, len(level), chunk * in_flight):
+            pending = [send_multi(client, [DeleteOp(p) for p in level[i : i + chunk]])
+                       for i in range(lo, min(len(level), lo + chunk * in_flight), chunk)]
+            for result in pending:
+                with contextlib.suppress(Exception):  # a failed chunk is left to the recursive delete below
+                    result.result(timeout=120)
+    with contextlib.suppress(NoNodeError):
+        client.delete(root, recursive=True)
+    return sum(len(level) for level in levels[1:])
+
+
 def _delay_producer(client: Any, path: str, park_after: float | None) -> Any:
     from zkqueue.builder import QueueBuilder  # noqa: PLC0415
     from zkqueue.formats.serializers import BytesSerializer  # noqa: PLC0415
@@ -410,18 +446,30 @@ def _delay_producer(client: Any, path: str, park_after: float | None) -> Any:
 
 
 def prefill_zkqueue(client: Any, path: str, depth: int, s: ScheduledSettings, park_after: float | None,
-                    scratch: str) -> dict[str, Any]:
-    """Put ``depth`` far-future items through a delay queue's background puts from ``producer_threads`` threads,
-    then ``flush_puts()``; rate, ZooKeeper transactions per item and the producer's counters."""
-    q = _delay_producer(client, path, park_after)
+                    scratch: str, hosts: str | None = None) -> dict[str, Any]:
+    """Put ``depth`` far-future items through delay queues' background puts: ``producer_sessions`` producers (the
+    first on ``client``, the others on sessions of their own to ``hosts``), ``producer_threads`` threads spread
+    over them; then ``flush_puts()`` on each. Rate, ZooKeeper transactions and znodes per item, and the
+    producers' counters summed."""
+    from zkqueue.transport.handler import new_client  # noqa: PLC0415
+
+    sessions = max(1, s.producer_sessions if hosts else 1)
+    threads = max(sessions, s.producer_threads)
+    clients = [client]
+    queues: list[Any] = []
+    errors: list[BaseException] = []
     try:
+        for _ in range(sessions - 1):
+            extra = new_client(hosts, timeout=30.0)
+            extra.start(timeout=30)
+            clients.append(extra)
+        queues = [_delay_producer(c, path, park_after) for c in clients]
         zxid0 = _last_zxid(client, scratch)
         t0 = time.time()
-        threads = max(1, s.producer_threads)
-        errors: list[BaseException] = []
 
         def work(k: int) -> None:
             rng = random.Random(k)
+            q = queues[k % sessions]
             try:
                 for i in range(k, depth, threads):
                     due = _parked_due_ms(rng, t0)
@@ -435,12 +483,22 @@ def prefill_zkqueue(client: Any, path: str, depth: int, s: ScheduledSettings, pa
         for w in workers:
             w.join()
         t_put = time.time()
-        flushed = q.flush_puts(600)
+        flushed = all([q.flush_puts(600) for q in queues])
         seconds = time.time() - t0
         zxid1 = _last_zxid(client, scratch)
-        stats = {k: v for k, v in q.stats().as_dict().items() if v}
+        stats: dict[str, int] = {}
+        for q in queues:
+            for k, v in q.stats().as_dict().items():
+                if v:
+                    stats[k] = stats.get(k, 0) + v
     finally:
-        q.close()
+        for q in queues:
+            with contextlib.suppress(Exception):
+                q.close()
+        for extra in clients[1:]:
+            with contextlib.suppress(Exception):
+                extra.stop()
+                extra.close()
     base = path.rsplit("/", 1)[0]
     nodes = sum(count_nodes(client, f"{base}/{name}") for name in client.get_children(base)
                 if name not in ("scratch", "locks"))
@@ -448,9 +506,10 @@ def prefill_zkqueue(client: Any, path: str, depth: int, s: ScheduledSettings, pa
         raise RuntimeError(f"prefill failed: {errors[0]!r}") from errors[0]
     if not flushed or stats.get("put_failed"):
         raise RuntimeError(f"prefill did not flush (flushed={flushed}, stats={stats})")
-    txns = zxid1 - zxid0 - 2  # minus the second probe's create and the first probe's delete
+    txns = zxid1 - zxid0 - 2  # minus the first probe's delete and the second one's create (sessions opened before)
     return {"prefill_seconds": round(seconds, 3), "prefill_put_seconds": round(t_put - t0, 3),
             "prefill_rate": round(depth / seconds, 1) if seconds > 0 else None, "producer_threads": threads,
+            "producer_sessions": sessions,
             "zk_txns": txns, "zk_txns_per_item": round(txns / depth, 4) if depth else None,
             "znodes": nodes, "znodes_per_item": round(nodes / depth, 4) if depth else None, "producer_stats": stats}
 
@@ -459,8 +518,6 @@ def run_zkqueue(hosts: str, depth: int, park_after: float | None, s: ScheduledSe
                 cleanup: bool = True) -> dict[str, Any]:
     """One zkqueue run: prefill ``depth`` (0: none), one consumer process, the trickle; the row's figures."""
     from zkqueue.transport.handler import new_client  # noqa: PLC0415
-
-    from benchmarks.prefill import wipe  # noqa: PLC0415
 
     root = f"/zkq-bench-scheduled-{uuid.uuid4().hex[:8]}"
     qpath, lock = f"{root}/q", f"{root}/locks"
@@ -472,7 +529,7 @@ def run_zkqueue(hosts: str, depth: int, park_after: float | None, s: ScheduledSe
     consumer = producer = None
     try:
         if depth:
-            row.update(prefill_zkqueue(client, qpath, depth, s, park_after, f"{root}/scratch"))
+            row.update(prefill_zkqueue(client, qpath, depth, s, park_after, f"{root}/scratch", hosts))
         argv = ["--impl", "zkqueue", "--hosts", hosts, "--path", qpath, "--lock-path", lock]
         if park_after is not None:
             argv += ["--park-after", str(park_after)]
@@ -497,7 +554,7 @@ def run_zkqueue(hosts: str, depth: int, park_after: float | None, s: ScheduledSe
         if cleanup:
             t_wipe = time.monotonic()
             try:
-                wipe(client, root)
+                row["wiped_nodes"] = wipe_tree(client, root)
             except Exception as exc:  # noqa: BLE001 - a leftover only costs server memory
                 log.warning("could not delete %s: %r", root, exc)
             row["wipe_seconds"] = round(time.monotonic() - t_wipe, 2)
@@ -597,7 +654,8 @@ def run_section(hosts: str, s: ScheduledSettings, cleanup: bool = True) -> dict[
     out: dict[str, Any] = {
         "status": "ok", "depth": s.depth, "flat_depth": s.flat_depth, "trickle_rate": s.rate,
         "trickle_seconds": s.trickle_seconds, "flat_seconds": s.flat_seconds, "due_after_s": s.due_after,
-        "park_after": park, "poll_ms": s.poll_ms, "producer_threads": s.producer_threads, "size": s.size,
+        "park_after": park, "poll_ms": s.poll_ms, "producer_threads": s.producer_threads,
+        "producer_sessions": s.producer_sessions, "size": s.size,
         "targets": {"p99_ms": s.p99_target_ms, "p99_ratio": s.ratio_target}, "rows": rows,
     }
     out.update(evaluate(rows, s))
@@ -654,12 +712,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flat-depth", type=int, default=ScheduledSettings.flat_depth)
     ap.add_argument("--flat-seconds", type=float, default=ScheduledSettings.flat_seconds)
     ap.add_argument("--threads", type=int, default=ScheduledSettings.producer_threads)
+    ap.add_argument("--sessions", type=int, default=ScheduledSettings.producer_sessions,
+                    help="prefill producers, each on its own session")
+    ap.add_argument("--cleanup", action="store_true",
+                    help="delete each run's nodes afterwards (default only with --hosts: an embedded ensemble is "
+                         "thrown away whole)")
     args = ap.parse_args(argv)
     if args.mode == "consumer":
         return run_consumer(args)
     logging.basicConfig(level=logging.WARNING)
     s = ScheduledSettings(depth=args.depth, trickle_seconds=args.seconds, flat_depth=args.flat_depth,
-                          flat_seconds=args.flat_seconds, producer_threads=args.threads, poll_ms=args.poll_ms)
+                          flat_seconds=args.flat_seconds, producer_threads=args.threads,
+                          producer_sessions=args.sessions, poll_ms=args.poll_ms)
     with contextlib.ExitStack() as stack:
         hosts = args.hosts
         if not hosts:
@@ -667,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
 
             heap = 2048 if max(s.depth, s.flat_depth) >= 300_000 else 512
             hosts = stack.enter_context(ZooKeeperEnsemble(size=3, heap_mb=heap)).connect_string
-        print(json.dumps(run_section(hosts, s), indent=2), flush=True)
+        print(json.dumps(run_section(hosts, s, cleanup=args.cleanup or bool(args.hosts)), indent=2), flush=True)
     return 0
 
 
