@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import tenacity
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionClosedError, KazooException, NodeExistsError, NoNodeError
 
 from zkqueue.errors import ConfigurationError
 
@@ -57,6 +57,13 @@ SLICE_DIVISOR = 8
 #: Pauses between tries after a ZooKeeper error while taking a slice (seconds, growing, jittered).
 _ERROR_PAUSE_FIRST = 0.05
 _ERROR_PAUSE_MAX = 5.0
+#: How often a request to the rate node waiting for its answer (kazoo holds requests while it reconnects) looks
+#: whether the queue closes or the caller's timeout passed.
+_ANSWER_POLL = 0.1
+
+
+class _Stopped(Exception):
+    """The queue closes, or the caller's timeout passed, while a request waits for its answer."""
 
 
 @dataclass(frozen=True)
@@ -123,11 +130,19 @@ class RateLimiter:
             got = self._from_pool(count)
             if got:
                 return got
-            with self._taking:
+            # One slice request at a time from this process; a thread waiting for its turn still sees its close.
+            while not self._taking.acquire(timeout=_ANSWER_POLL):
+                if closing.is_set():
+                    return 0
+                if deadline is not None and time.monotonic() >= deadline:
+                    return self._from_pool(count)
+            try:
                 got = self._from_pool(count)  # another thread of ours may have given some back meanwhile
                 if got:
                     return got
                 granted = self._take_slice(count, closing, deadline)
+            finally:
+                self._taking.release()
             if granted is None:  # closing, or the deadline passed while ZooKeeper failed
                 return 0
             if granted.jobs:
@@ -197,10 +212,14 @@ class RateLimiter:
 
     def _take_slice(self, count: int, closing: threading.Event, deadline: float | None) -> _Granted | None:
         """One slice (or when budget frees) from the rate node; ZooKeeper errors are retried with a growing pause
-        until it works, ``closing`` is set or the deadline passed (then None)."""
+        until it works, ``closing`` is set or the deadline passed (then None). A closed client
+        (``ConnectionClosedError``) is not retried: it raises."""
+
+        def stopped() -> bool:
+            return closing.is_set() or (deadline is not None and time.monotonic() >= deadline)
 
         def stop(state: tenacity.RetryCallState) -> bool:
-            return closing.is_set() or (deadline is not None and time.monotonic() >= deadline)
+            return stopped()
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             self._count("rate_errors")
@@ -211,23 +230,37 @@ class RateLimiter:
                     self.path, state.attempt_number, exc)
 
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(KazooException),
+            retry=tenacity.retry_if_exception(
+                lambda exc: isinstance(exc, KazooException) and not isinstance(exc, ConnectionClosedError)),
             wait=tenacity.wait_random_exponential(multiplier=_ERROR_PAUSE_FIRST, max=_ERROR_PAUSE_MAX),
             stop=stop, sleep=closing.wait, before_sleep=before_sleep, reraise=True,
         )
         try:
-            return retrying(self._try_slice, count, closing)
-        except KazooException:  # stopped: closing, or the deadline passed
+            return retrying(self._try_slice, count, closing, stopped)
+        except _Stopped:
             return None
+        except KazooException as exc:
+            if isinstance(exc, ConnectionClosedError):
+                raise
+            return None  # the last try failed and then the queue closed or the deadline passed
 
-    def _try_slice(self, count: int, closing: threading.Event) -> _Granted | None:
-        """Read the log, and grant from it with a version-checked write; a lost race reads it again."""
+    def _answer(self, request: Any, stopped: Any) -> Any:
+        """The answer of an async request; :class:`_Stopped` if the queue closes or the deadline passes first."""
+        while not request.wait(_ANSWER_POLL):
+            if stopped():
+                raise _Stopped()
+        return request.get()
+
+    def _try_slice(self, count: int, closing: threading.Event, stopped: Any) -> _Granted | None:
+        """Read the log, and grant from it with a version-checked write; a lost race reads it again. Tried even when
+        the caller's timeout passed already (a timeout of 0 tries once); ``stopped`` ends waits for answers."""
+        client = self._client
         while not closing.is_set():
             try:
-                data, stat = self._client.get(self.path)
+                data, stat = self._answer(client.get_async(self.path), stopped)
             except NoNodeError:
                 try:
-                    self._client.create(self.path, _encode([]), acl=self._acl, makepath=True)
+                    self._answer(client.create_async(self.path, _encode([]), acl=self._acl, makepath=True), stopped)
                 except NodeExistsError:
                     pass
                 continue
@@ -244,7 +277,7 @@ class RateLimiter:
             else:
                 grants.append((bucket, jobs))
             try:
-                self._client.set(self.path, _encode(grants), version=stat.version)
+                self._answer(client.set_async(self.path, _encode(grants), version=stat.version), stopped)
             except BadVersionError:
                 self._count("rate_races")
                 continue
