@@ -269,3 +269,30 @@ def test_a_scheduler_that_lost_the_race_cannot_fire_a_completed_time_again(zk_cl
         assert stale.counts["fired"] == 0
         again = jq.get(first)
         assert again.state is JobState.COMPLETED and again.updated_at == done.updated_at
+
+
+def test_scheduler_errors_are_retried_with_backoff_and_a_foreign_node_is_left_out(zk_client, caplog) -> None:
+    """The repeats folder unreadable (an ACL without READ) for 3 s under the active scheduler: every look fails,
+    and is retried with a growing pause (a few WARNING lines, no hot loop, the thread alive); once readable it
+    goes on firing and catch_up="all" fills the gap. A node under repeats/ that is not a definition is left out
+    without stopping the others."""
+    from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions  # noqa: PLC0415
+
+    with JobQueue(zk_client, PATH) as jq:
+        folder = f"{PATH}/repeats"
+        zk_client.create(f"{folder}/garbage", b"not a definition")
+        jq.repeat("tick", None, every=1, catch_up="all")
+        assert [r.name for r in jq.repeats()] == ["tick"]
+        wait_for(lambda: len(jobs_of(jq, "tick")) >= 2, timeout=15)
+        with caplog.at_level("WARNING", logger="zkqueue.jobs.scheduler"):
+            zk_client.set_acls(folder, [ACL(Permissions.ALL & ~Permissions.READ, OPEN_ACL_UNSAFE[0].id)])
+            time.sleep(3.5)
+            zk_client.set_acls(folder, OPEN_ACL_UNSAFE)
+            back_ms = int(time.time() * 1000)
+            wait_for(lambda: max(jobs_of(jq, "tick")) >= back_ms + 1000, timeout=30)
+        retried = [r.getMessage() for r in caplog.records if "failed (attempt" in r.getMessage()]
+        assert 2 <= len(retried) <= 8 and "NoAuth" in retried[0], retried
+        jobs = jobs_of(jq, "tick")
+        assert all(len(found) == 1 for found in jobs.values())
+        assert sorted(jobs) == list(range(min(jobs), max(jobs) + 1000, 1000))
+        assert [t.name for t in threading.enumerate()].count(f"zkqueue-scheduler-{PATH}") == 1

@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import tenacity
 from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from zkqueue.jobs import repeats, store
@@ -251,8 +252,10 @@ class Scheduler:
             results = self._engine.commit_puts(groups[start:start + COMMIT_CHUNK])
             for res, (kind, job_id) in zip(results, plan[start:start + COMMIT_CHUNK]):
                 if not res.ok:
-                    log.debug("a firing of repeat %r in %s did not commit (op %s: %r); looking again",
-                              definition.name, self._paths.root, res.op, res.error)
+                    raced = isinstance(res.error, (BadVersionError, NoNodeError, NodeExistsError))
+                    log.log(logging.DEBUG if raced else logging.WARNING,
+                            "a firing of repeat %r in %s did not commit (op %s: %r); looking again",
+                            definition.name, self._paths.root, res.op, res.error)
                     return
                 if kind == "fire":
                     self.counts["fired"] += 1
