@@ -1,0 +1,92 @@
+"""200,000 parked items plus a due trickle on a real ZooKeeper: none early, every one delivered once, and the
+trickle stays on time while the schedule is deep (loose bounds; the tight figures are the benchmark's).
+
+The schedule layout is shrunk (5-second buckets, moved 2 s ahead) so the parked items come due within the test."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from zkqueue.builder import QueueBuilder
+from zkqueue.engine.parking import parked_count
+from zkqueue.formats import buckets
+from zkqueue.formats.serializers import JsonSerializer
+from zkqueue.recipes.delay import now_ms
+from zkqueue.server.testing import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+QPATH = "/depth/q"
+PARKED = 200_000
+LAYOUT = buckets.Layout(hour_s=60, minute_s=5, lead_s=2.0, margin_s=1.0)
+
+
+class Arrivals:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.got: list[tuple[int, int, int]] = []  # (n, due, arrived)
+
+    def __call__(self, item: list) -> None:
+        at = now_ms()
+        with self.lock:
+            self.got.append((item[0], item[1], at))
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self.got)
+
+
+def test_200k_parked_items_and_a_due_trickle(zk_client) -> None:
+    arrivals = Arrivals()
+    builder = QueueBuilder.builder(zk_client, None, JsonSerializer(), QPATH).schedule_layout(LAYOUT)
+    with builder.build_delay_queue(park_after=0.0) as producer:
+        base = now_ms() + 30_000  # parked items come due over 20 s, starting 30 s from now
+        for i in range(PARKED):
+            due = base + (i * 20_000) // PARKED
+            producer.put([i, due], due)
+        assert producer.flush_puts(120)
+        assert producer.stats().put_failed == 0
+        parked = producer.stats().parked
+        assert parked > PARKED * 0.9 and parked_count(zk_client, QPATH) == parked
+        assert len(zk_client.get_children(QPATH)) == PARKED - parked  # only what was not parked is in the queue
+
+        consumer = (QueueBuilder.builder(zk_client, arrivals, JsonSerializer(), QPATH).lock_path(QPATH + "-locks")
+                    .schedule_layout(LAYOUT).build_delay_queue(park_after=0.0))
+        trickle: list[int] = []
+        stop = threading.Event()
+
+        def put_trickle() -> None:
+            n = PARKED
+            while not stop.is_set():
+                due = now_ms() + 1000
+                producer.put([n, due], due)
+                trickle.append(n)
+                n += 1
+                stop.wait(0.02)  # 50 items/s
+
+        with consumer:
+            thread = threading.Thread(target=put_trickle, daemon=True)
+            thread.start()
+            try:
+                wait_for(lambda: len(arrivals) >= PARKED, timeout=240, interval=0.5,
+                         message=f"{len(arrivals)} of {PARKED}+ delivered")
+                time.sleep(2.0)
+            finally:
+                stop.set()
+                thread.join()
+            wait_for(lambda: len(arrivals) == PARKED + len(trickle), timeout=30)
+            time.sleep(1.0)
+
+    got = list(arrivals.got)
+    numbers = [n for n, _due, _at in got]
+    assert len(numbers) == len(set(numbers)) == PARKED + len(trickle)  # every item, once
+    assert set(numbers) == set(range(PARKED + len(trickle)))
+    early = [(n, due, at) for n, due, at in got if at < due]
+    assert not early, f"{len(early)} items arrived early, e.g. {early[:3]}"
+    late = sorted(at - due for n, due, at in got if n >= PARKED)
+    assert len(late) > 100
+    assert late[len(late) // 2] < 1000 and late[int(len(late) * 0.99)] < 5000, (late[len(late) // 2], late[-1])
+    assert producer.stats().unparked + consumer.stats().unparked == parked  # each parked item moved once
