@@ -140,8 +140,9 @@ class Scheduler:
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome is not None else None
+            pause = state.next_action.sleep if state.next_action is not None else 0.0
             log.warning("%s in %s failed (attempt %d, next in %.1f s): %r", what, self._paths.root,
-                        state.attempt_number, state.upcoming_sleep, exc,
+                        state.attempt_number, pause, exc,
                         exc_info=exc if state.attempt_number == 1 else None)
 
         return tenacity.Retrying(
