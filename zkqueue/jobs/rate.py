@@ -87,12 +87,14 @@ class RateLimit:
 
 
 class _Granted:
-    """The answer of one try at the rate node: ``jobs`` granted, or (0 and) the wall-clock ms when budget frees."""
+    """The answer of one try at the rate node: ``jobs`` granted at wall-clock ``at_ms`` (the time the log records),
+    or 0 and the wall-clock ms when budget frees (``free_at_ms``)."""
 
-    __slots__ = ("jobs", "free_at_ms")
+    __slots__ = ("jobs", "at_ms", "free_at_ms")
 
-    def __init__(self, jobs: int, free_at_ms: int = 0) -> None:
+    def __init__(self, jobs: int, at_ms: int = 0, free_at_ms: int = 0) -> None:
         self.jobs = jobs
+        self.at_ms = at_ms
         self.free_at_ms = free_at_ms
 
 
@@ -146,7 +148,7 @@ class RateLimiter:
             if granted is None:  # closing, or the deadline passed while ZooKeeper failed
                 return 0
             if granted.jobs:
-                self._local.expiry_ms = _now_ms() + self._lifetime_ms
+                self._local.expiry_ms = granted.at_ms + self._lifetime_ms  # from the time in the log, not the reply
                 return granted.jobs
             if not self._wait(granted.free_at_ms, closing, deadline):
                 return 0
@@ -269,7 +271,7 @@ class RateLimiter:
             free = self.limit.max_jobs - sum(n for _t, n in grants)
             if free <= 0:
                 oldest = min(t for t, _n in grants)
-                return _Granted(0, oldest + self._horizon_ms)
+                return _Granted(0, free_at_ms=oldest + self._horizon_ms)
             jobs = min(free, count, self.limit.slice_cap)
             bucket = now - now % self._bucket_ms
             if grants and grants[-1][0] == bucket:
@@ -282,7 +284,7 @@ class RateLimiter:
                 self._count("rate_races")
                 continue
             self._count("rate_slices")
-            return _Granted(jobs)
+            return _Granted(jobs, at_ms=now)
         return None
 
 
