@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from zkqueue.errors import CorruptItemError
+from zkqueue.errors import ConfigurationError, CorruptItemError
 from zkqueue.formats import framing
 
 #: Errors kept in a record (the latest ones); each traceback is cut to this many characters.
@@ -30,6 +30,15 @@ class JobState(enum.Enum):
     @property
     def finished(self) -> bool:
         return self in (JobState.COMPLETED, JobState.DEAD)
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """A job's ``timeout``: None, or a number of seconds > 0 (as a float)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ConfigurationError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
+    return float(timeout)
 
 
 def now_ms() -> int:
@@ -60,6 +69,9 @@ class Record:
     created_ms: int = field(default_factory=now_ms)
     updated_ms: int = field(default_factory=now_ms)
     due_ms: int = 0
+    #: Seconds an attempt may run (``add(..., timeout=)``); None: no limit. Enforced by the asyncio workers
+    #: (:mod:`zkqueue.aio`); stored only when set, so records without it read as before.
+    timeout: float | None = None
 
     def encode(self) -> bytes:
         head = {
@@ -73,6 +85,8 @@ class Record:
             "due_ms": self.due_ms,
             "has_result": self.result is not None,
         }
+        if self.timeout is not None:
+            head["timeout"] = self.timeout
         return framing.encode_items([json.dumps(head, separators=(",", ":")).encode(), self.params,
                                      self.result or b""])
 
@@ -92,6 +106,7 @@ class Record:
                 created_ms=int(head["created_ms"]),
                 updated_ms=int(head["updated_ms"]),
                 due_ms=int(head.get("due_ms", 0)),
+                timeout=float(head["timeout"]) if head.get("timeout") is not None else None,
             )
         except CorruptItemError:
             raise
