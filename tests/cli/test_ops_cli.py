@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
 from click.testing import CliRunner
@@ -13,6 +14,7 @@ from kazoo.security import make_digest_acl
 from prometheus_client.parser import text_string_to_metric_families
 
 from zkqueue import QueueBuilder, StrSerializer
+from zkqueue.engine.parking import parked_count
 from zkqueue.formats import framing
 from zkqueue.ops.cli import main
 from zkqueue.server.testing import wait_for
@@ -51,6 +53,19 @@ def test_purge_asks_then_deletes_in_batches(zk_hosts: str, zk_client) -> None:
     assert out.exit_code == 0, out.output
     assert "purged 2500 item(s)" in out.stdout
     assert zk_client.get_children("/p/big") == ["not-an-item"]
+
+
+def test_purge_also_deletes_parked_items(zk_hosts: str, zk_client) -> None:
+    now = int(time.time() * 1000)
+    with QueueBuilder.builder(zk_client, None, StrSerializer(), "/p/delayed").run_mover(False).build_delay_queue() as q:
+        q.put("soon", now + 1000)
+        for i in range(30):
+            q.put(f"later-{i}", now + 3_600_000 + i * 90_000)  # parked, over about 45 minutes
+        assert q.flush_puts(timeout=60) and q.stats().parked == 30
+    out = invoke("purge", "--connect", zk_hosts, "/p/delayed", "--yes")
+    assert out.exit_code == 0, out.output
+    assert "purged 31 item(s)" in out.stdout
+    assert zk_client.get_children("/p/delayed") == [] and parked_count(zk_client, "/p/delayed") == 0
 
 
 def test_quarantine_list_redrive_purge(zk_hosts: str, zk_client) -> None:

@@ -3,16 +3,17 @@ or purge its quarantine. Used by the ``zkqueue`` commands and the dashboard."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError, NotEmptyError
 
 from zkqueue.engine.commit import create_op, delete_op
 from zkqueue.errors import QueuePermissionError, QueueStateError
-from zkqueue.formats import framing, naming
+from zkqueue.formats import buckets, framing, naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, StrSerializer
 from zkqueue.transport import protocol
 
@@ -109,20 +110,41 @@ def delete_children(client: KazooClient, parent: str, names: list[str],
 
 
 def purge(client: KazooClient, path: str, progress: Callable[[int, int], None] | None = None) -> int:
-    """Delete every item of the queue at ``path`` (foreign children are left); return how many were deleted.
-    ``progress(done, total)`` follows it. Items a consumer holds go too: its ack then finds them gone."""
+    """Delete every item of the queue at ``path`` (foreign children are left), and its parked items (see
+    :mod:`zkqueue.engine.parking`); return how many were deleted. ``progress(done, total)`` follows it. Items a
+    consumer holds go too: its ack then finds them gone."""
     path = naming.validate_queue_path(path)
     names = [c for c in _children(client, path) if naming.is_item_name(c)]
+    parked = _parked_buckets(client, path)
+    total = len(names) + sum(len(items) for _bucket, items in parked)
     done = [0]
 
     def step(n: int) -> None:
         done[0] += n
         if progress is not None:
-            progress(done[0], len(names))
+            progress(done[0], total)
 
     if progress is not None:
-        progress(0, len(names))
-    return delete_children(client, path, names, step)
+        progress(0, total)
+    deleted = delete_children(client, path, names, step)
+    for bucket, items in parked:
+        deleted += delete_children(client, bucket, items, step)
+        with contextlib.suppress(NoNodeError, NotEmptyError):  # a put raced in: the bucket stays, with it
+            client.delete(bucket)
+    return deleted
+
+
+def _parked_buckets(client: KazooClient, path: str) -> list[tuple[str, list[str]]]:
+    """The minute buckets of the queue's schedule with the parked items in each (empty if it has none)."""
+    root = buckets.schedule_root(path)
+    try:
+        hours = [naming.join(root, h) for h in client.get_children(root) if buckets.parse_bucket(h) is not None]
+    except NoNodeError:
+        return []
+    minutes = [naming.join(hour, m) for hour, listing in zip(hours, protocol.multi_read(client, hours, children=True))
+               if not isinstance(listing, BaseException) for m in listing if buckets.parse_bucket(m) is not None]
+    return [(minute, listing) for minute, listing in zip(minutes, protocol.multi_read(client, minutes, children=True))
+            if not isinstance(listing, BaseException) and listing]
 
 
 def quarantine_path(path: str) -> str:
