@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from zkqueue.jobs import repeats, store
@@ -77,8 +77,15 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        for path in (repeats.repeats_path(self._paths), repeats.election_path(self._paths)):
-            self._client.ensure_path(path, acl=self._acl)
+        """Create the repeats and election nodes if need be, and start contending. A client that may not create
+        them (an older job queue, credentials without CREATE) runs no scheduler: a WARNING says so."""
+        try:
+            for path in (repeats.repeats_path(self._paths), repeats.election_path(self._paths)):
+                self._client.ensure_path(path, acl=self._acl)
+        except NoAuthError:
+            log.warning("no scheduler of repeats in %s: these credentials may not create %s and %s",
+                        self._paths.root, repeats.repeats_path(self._paths), repeats.election_path(self._paths))
+            return
         self._thread = threading.Thread(target=self._run, name=f"zkqueue-scheduler-{self._paths.root}",
                                         daemon=True)
         self._thread.start()
