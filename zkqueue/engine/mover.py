@@ -303,6 +303,7 @@ class Mover:
 
     def _delete_bucket(self, path: str) -> bool:
         """Delete an empty bucket; False if something was put into it meanwhile."""
+        self._ctx.counters.add("bucket_writes")
         try:
             self._ctx.client.delete(path)
         except NoNodeError:

@@ -332,6 +332,8 @@ class Producer:
                 self._parents_known.popitem(last=False)
         for path in unknown:
             protocol.send_create(self._ctx.client, create_op(path, b"", acl=self._ctx.acl))
+        if unknown:
+            self._ctx.counters.add("bucket_writes", len(unknown))
 
     def _forget_parents(self, parents: Sequence[str]) -> None:
         with self._parents_lock:

@@ -33,6 +33,9 @@ class QueueStats:
     #: into the queue node.
     parked: int = 0
     unparked: int = 0
+    #: Writes spent on the schedule's buckets: creates this instance's puts sent (one that exists already still
+    #: costs ZooKeeper a write request) and buckets its mover deleted.
+    bucket_writes: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
