@@ -1,0 +1,397 @@
+"""AsyncJobQueue: the job queue of :mod:`zkqueue.jobs` for asyncio services, on the same engine seams.
+
+It wraps a :class:`~zkqueue.jobs.JobQueue` (:attr:`AsyncJobQueue.sync`) on the same client and path, so ids,
+attempts, retries, dead letters, fenced completions and records are the sync layer's own, and sync and async
+queues on one path work together. How each call reaches ZooKeeper without blocking the loop:
+
+- ``get``, ``wait_result``: kazoo's async requests (``multi_read_async``, ``exists_async``, ``get_async``,
+  watches), bridged to the loop by :mod:`zkqueue.aio.bridge`.
+- ``add`` / ``add_all``: the exactly-once add (a multiRead of earlier runs' records, then multis through the
+  producer's marker) has no async form, so it runs in the queue's ONE small thread pool (``executor_threads``,
+  default 4), and concurrent ``add`` calls are coalesced on the loop into ``add_all`` batches (up to
+  ``add_batch`` jobs): ten thousand adds are tens of round trips, not ten thousand threads or calls.
+- ``take``, ``work`` (claims wait for due jobs; completions are fenced multis), ``counts``, ``dead_letters``,
+  ``completed``, ``retry_dead``, ``purge_dead``, ``reap``, ``start`` and ``close``: the sync call in that pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from datetime import datetime
+from typing import Any, Iterable, Sequence
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from zkqueue.aio.bridge import Offloader, from_kazoo, to_loop
+from zkqueue.aio.held import finish_many, release_many
+from zkqueue.aio.worker import AsyncHandler, AsyncWorker, claim_held
+from zkqueue.engine.seams import Completion
+from zkqueue.errors import ConfigurationError, JobNotFoundError, QueueClosedError, ZkQueueError
+from zkqueue.formats import naming
+from zkqueue.jobs import names, store
+from zkqueue.jobs.claims import Claimed
+from zkqueue.jobs.model import Job, JobState, Record, check_timeout
+from zkqueue.jobs.queue import JobQueue
+from zkqueue.jobs.scope import ClaimedJob, HeldJob
+from zkqueue.transport.reads import multi_read_async
+
+log = logging.getLogger("zkqueue.aio.jobs")
+
+#: Most jobs in one coalesced add_all.
+DEFAULT_ADD_BATCH = 500
+
+
+class JobDeadError(ZkQueueError):
+    """:meth:`AsyncJobQueue.wait_result` of a job that ended in the dead letters; ``job`` is its record."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} is dead after {job.attempts} attempt(s): {job.last_error}")
+        self.job = job
+
+
+class _Add:
+    __slots__ = ("fut", "job_id", "params")
+
+    def __init__(self, job_id: str, params: Any, fut: asyncio.Future[str | None]) -> None:
+        self.job_id = job_id
+        self.params = params
+        self.fut = fut
+
+
+class _Adder:
+    """Coalesces concurrent ``add`` calls of one loop into ``add_all`` batches run in the offloader: the calls
+    that arrive while a batch is being committed go together in the next one (per set of options; an id twice
+    waits for the next batch, so each call gets its own answer)."""
+
+    def __init__(self, jq: AsyncJobQueue, batch: int) -> None:
+        self._jq = jq
+        self._batch = batch
+        self._waiting: dict[tuple[Any, ...], list[_Add]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(max(1, jq.offloader.threads // 2))
+
+    def add(self, key: tuple[Any, ...], job_id: str, params: Any) -> asyncio.Future[str | None]:
+        fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, []).append(_Add(job_id, params, fut))
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._pump(), name="zkqueue-aio-adder")
+        return fut
+
+    async def _pump(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._waiting:
+                await self._slots.acquire()
+                key, adds = self._next()
+                task = asyncio.get_running_loop().create_task(self._commit(key, adds))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+
+    def _next(self) -> tuple[tuple[Any, ...], list[_Add]]:
+        key = next(iter(self._waiting))
+        waiting = self._waiting.pop(key)
+        batch: list[_Add] = []
+        later: list[_Add] = []
+        ids: set[str] = set()
+        for add in waiting:
+            if add.fut.done():  # its caller was cancelled before it was sent
+                continue
+            if len(batch) >= self._batch or add.job_id in ids:
+                later.append(add)
+                continue
+            ids.add(add.job_id)
+            batch.append(add)
+        if later:
+            self._waiting[key] = later
+        return key, batch
+
+    async def _commit(self, key: tuple[Any, ...], adds: list[_Add]) -> None:
+        delay, run_at, priority, timeout = key
+        try:
+            if not adds:
+                return
+            jobs = [(a.job_id, a.params) for a in adds]
+            try:  # shielded: the batch is not given up for one cancelled caller
+                rejected = await asyncio.shield(self._jq.offloader.submit(
+                    self._jq.sync.add_all, jobs, delay=delay, run_at=run_at, priority=priority, timeout=timeout))
+            except Exception as exc:
+                for a in adds:
+                    if not a.fut.done():
+                        a.fut.set_exception(exc)
+                return
+            refused = set(rejected)
+            for a in adds:
+                if not a.fut.done():
+                    a.fut.set_result(None if a.job_id in refused else a.job_id)
+        finally:
+            self._slots.release()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._in_flight:
+            await asyncio.gather(*list(self._in_flight), return_exceptions=True)
+        error = QueueClosedError(f"job queue {self._jq.path} is closed")
+        for adds in self._waiting.values():
+            for a in adds:
+                if not a.fut.done():
+                    a.fut.set_exception(error)
+        self._waiting.clear()
+
+
+class AsyncTakeScope:
+    """``async with jq.take(max_jobs=10, timeout=5.0) as jobs:`` the scoped take, awaited: a clean exit completes
+    every job (result None), an exception fails them all (retried or dead, each an attempt);
+    ``job.complete(result)`` / ``job.fail(exc)`` decide one job. A cancellation (or another BaseException such as
+    KeyboardInterrupt) gives the undecided jobs back untouched, to run again at once; decided ones are committed."""
+
+    def __init__(self, jq: AsyncJobQueue, max_jobs: int, timeout: float | None) -> None:
+        if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
+            raise ConfigurationError(f"max_jobs must be an int >= 1, got {max_jobs!r}")
+        self._jq = jq
+        self._max_jobs = max_jobs
+        self._timeout = timeout
+        self._held: list[tuple[HeldJob, ClaimedJob]] = []
+        self._entered = False
+
+    async def __aenter__(self) -> list[ClaimedJob]:
+        if self._entered:
+            raise ConfigurationError("a take scope can be entered once")
+        self._entered = True
+        self._jq._check_open()
+        outcomes = self._jq.sync._outcomes
+        for held in await claim_held(self._jq, self._max_jobs, self._timeout):
+            job = outcomes.job(held.record)
+            self._held.append((held, ClaimedJob(**{k: getattr(job, k) for k in job.__dataclass_fields__})))
+        return [job for _h, job in self._held]
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        held, self._held = self._held, []
+        if not held:
+            return
+        outcomes = self._jq.sync._outcomes
+        ends: list[tuple[HeldJob, Completion]] = []
+        give_back: list[HeldJob] = []
+        for h, job in held:
+            claimed = Claimed(h.record, h.version)
+            if job._error is not None:
+                ends.append((h, outcomes.failure(claimed, job._error)))
+            elif job.decided:
+                ends.append((h, outcomes.success(claimed, job._decision)))
+            elif exc is not None and not isinstance(exc, Exception):
+                give_back.append(h)  # cancelled (or interrupted): not this job's failure
+            elif exc is not None:
+                ends.append((h, outcomes.failure(claimed, exc)))
+            else:
+                ends.append((h, outcomes.success(claimed, None)))
+        off = self._jq.offloader
+        work = asyncio.ensure_future(self._end(off, ends, give_back))
+        await asyncio.shield(work)  # a cancelled exit still ends every job (in the background)
+
+    @staticmethod
+    async def _end(off: Offloader, ends: list[tuple[HeldJob, Completion]], give_back: list[HeldJob]) -> None:
+        if ends:
+            await off.run(finish_many, ends)
+        if give_back:
+            await off.run(release_many, give_back)
+
+
+class AsyncJobQueue:
+    """A job queue at ``path`` for asyncio code: ``async with AsyncJobQueue(client, "/jobs/mail") as jq:``.
+
+    Every keyword of :class:`~zkqueue.jobs.JobQueue` (``retry``, ``serializer``, ``keep_completed``,
+    ``rate_limit``, ...) is passed on. ``executor_threads`` sizes the one thread pool that runs the sync seams
+    (see the module docs); ``add_batch`` is the most jobs one coalesced add sends.
+    """
+
+    def __init__(self, client: KazooClient, path: str, *, executor_threads: int = 4,
+                 add_batch: int = DEFAULT_ADD_BATCH, **job_queue_options: Any) -> None:
+        if isinstance(add_batch, bool) or not isinstance(add_batch, int) or add_batch < 1:
+            raise ConfigurationError(f"add_batch must be an int >= 1, got {add_batch!r}")
+        #: The sync job queue this one wraps (same client, path and options).
+        self.sync = JobQueue(client, path, **job_queue_options)
+        self.offloader = Offloader(executor_threads, f"zkqueue-aio-{self.sync.paths.root}")
+        self._add_batch = add_batch
+        self._adder: _Adder | None = None
+        self._workers: list[AsyncWorker] = []
+        self._state = "new"
+
+    @property
+    def path(self) -> str:
+        return self.sync.paths.root
+
+    @property
+    def client(self) -> KazooClient:
+        return self.sync.client
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Create the queue's nodes and start it (in the thread pool)."""
+        if self._state != "new":
+            raise ConfigurationError(f"async job queue {self.path} was already started")
+        self._state = "started"
+        self._adder = _Adder(self, self._add_batch)
+        await self.offloader.run(self.sync.start)
+
+    async def close(self) -> None:
+        """Stop every worker (running handlers finish), fail adds not sent yet, close the sync queue. Idempotent."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        for worker in list(self._workers):
+            await worker.stop()
+        if self._adder is not None:
+            await self._adder.close()
+        try:
+            await self.offloader.run(self.sync.close)
+        finally:
+            self.offloader.shutdown()
+
+    async def __aenter__(self) -> AsyncJobQueue:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._state == "closed":
+            raise QueueClosedError(f"job queue {self.path} is closed")
+        if self._state != "started":
+            raise ConfigurationError(f"job queue {self.path} is not started; use 'async with' or await start()")
+
+    def _forget_worker(self, worker: AsyncWorker) -> None:
+        if worker in self._workers:
+            self._workers.remove(worker)
+
+    # ------------------------------------------------------------------------------------------ adding
+    async def add(self, params: Any, job_id: str | None = None, *, delay: float | None = None,
+                  run_at: datetime | None = None, priority: int = 0, timeout: float | None = None) -> str | None:
+        """:meth:`JobQueue.add`: the id, or None while a job with that id is unfinished. Arguments are checked
+        here; the add is sent with the other adds of this loop (see the module docs). ``delay`` counts from when
+        the batch is sent (milliseconds after the call)."""
+        self._check_open()
+        job_id = uuid.uuid4().hex if job_id is None else job_id
+        key = self._check_options(delay, run_at, priority, timeout)
+        names.node_id(job_id)
+        assert self._adder is not None
+        return await self._adder.add(key, job_id, params)
+
+    async def add_all(self, jobs: Iterable[tuple[str, Any]], *, delay: float | None = None,
+                      run_at: datetime | None = None, priority: int = 0, timeout: float | None = None) -> list[str]:
+        """:meth:`JobQueue.add_all` in the thread pool: the ids rejected as duplicates."""
+        self._check_open()
+        self._check_options(delay, run_at, priority, timeout)
+        return await self.offloader.run(self.sync.add_all, list(jobs), delay=delay, run_at=run_at,
+                                        priority=priority, timeout=timeout)
+
+    @staticmethod
+    def _check_options(delay: float | None, run_at: datetime | None, priority: int,
+                       timeout: float | None) -> tuple[Any, ...]:
+        store.due_at(delay, run_at)
+        naming.encode_priority(priority)
+        return (delay, run_at, priority, check_timeout(timeout))
+
+    # ------------------------------------------------------------------------------------------ consuming
+    def take(self, max_jobs: int = 1, timeout: float | None = None) -> AsyncTakeScope:
+        """``async with jq.take(max_jobs, timeout) as jobs:`` (see :class:`AsyncTakeScope`); [] after ``timeout``."""
+        self._check_open()
+        return AsyncTakeScope(self, max_jobs, timeout)
+
+    def work(self, handler: AsyncHandler, concurrency: int = 1, *, timeout: float | None = None,
+             slow_after: float | None = 0.1) -> AsyncWorker:
+        """Run ``await handler(job)`` for jobs on this loop, up to ``concurrency`` at once, until ``await
+        worker.stop()`` or close(): its return value is stored as the result; an exception (or running past the
+        job's ``timeout``, else this ``timeout``) retries the job or sends it to the dead letters. A handler step
+        that blocks the loop longer than ``slow_after`` seconds is reported once per job. See
+        :mod:`zkqueue.aio.worker`. Call it from a coroutine (it starts a task on the running loop)."""
+        self._check_open()
+        worker = AsyncWorker(self, handler, concurrency, timeout, slow_after)
+        self._workers.append(worker)
+        return worker
+
+    # ------------------------------------------------------------------------------------------ looking
+    async def get(self, job_id: str) -> Job | None:
+        """:meth:`JobQueue.get` through one async multiRead: the job in any state, or None if unknown."""
+        p = self.sync.paths
+        paths = [p.record(job_id), p.finished(job_id, JobState.COMPLETED), p.finished(job_id, JobState.DEAD)]
+        for res in await from_kazoo(multi_read_async(self.client, paths)):
+            if not isinstance(res, BaseException):
+                return self.sync._outcomes.job(Record.decode(res[0]))
+        return None
+
+    async def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
+        """The result of job ``job_id`` once it completes: waits on ZooKeeper watches of its finished records
+        (no polling). Raises :class:`JobDeadError` if it ends in the dead letters, ``JobNotFoundError`` if there
+        is no such job, ``TimeoutError`` after ``timeout`` seconds."""
+        async with asyncio.timeout(timeout):
+            return await self._wait_result(job_id)
+
+    async def _wait_result(self, job_id: str) -> Any:
+        p = self.sync.paths
+        finished = [p.finished(job_id, JobState.COMPLETED), p.finished(job_id, JobState.DEAD)]
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+        wake = to_loop(loop, lambda *_a: changed.set())
+        self.client.add_listener(wake)  # a reconnect (a lost session drops watches): look again
+        try:
+            unseen = 0
+            while True:
+                changed.clear()
+                stats = await asyncio.gather(*(from_kazoo(self.client.exists_async(path, watch=wake))
+                                               for path in finished))
+                for path, stat in zip(finished, stats):
+                    if stat is None:
+                        continue
+                    try:
+                        data, _stat = await from_kazoo(self.client.get_async(path))
+                    except NoNodeError:  # reaped or re-added meanwhile
+                        break
+                    job = self.sync._outcomes.job(Record.decode(data))
+                    if job.state is JobState.DEAD:
+                        raise JobDeadError(job)
+                    return job.result
+                else:
+                    if await from_kazoo(self.client.exists_async(p.record(job_id))) is None:
+                        unseen += 1  # gone from records/ and not finished: look once more (it may just have moved)
+                        if unseen >= 2:
+                            raise JobNotFoundError(f"no job {job_id!r} in {self.path}")
+                        continue
+                    unseen = 0
+                    await changed.wait()
+        finally:
+            self.client.remove_listener(wake)
+
+    async def counts(self) -> dict[str, int]:
+        """:meth:`JobQueue.counts` (in the thread pool)."""
+        return await self.offloader.run(self.sync.counts)
+
+    def stats(self) -> dict[str, int]:
+        """:meth:`JobQueue.stats` (counters in memory: no I/O)."""
+        return self.sync.stats()
+
+    async def dead_letters(self, limit: int | None = None) -> list[Job]:
+        return await self.offloader.run(self.sync.dead_letters, limit)
+
+    async def completed(self, limit: int | None = None) -> list[Job]:
+        return await self.offloader.run(self.sync.completed, limit)
+
+    async def retry_dead(self, job_ids: Sequence[str] | None = None) -> int:
+        return await self.offloader.run(self.sync.retry_dead, job_ids)
+
+    async def purge_dead(self, job_ids: Sequence[str] | None = None) -> int:
+        return await self.offloader.run(self.sync.purge_dead, job_ids)
+
+    async def reap(self) -> int:
+        return await self.offloader.run(self.sync.reap)
+
+    def __repr__(self) -> str:
+        return f"AsyncJobQueue(path={self.path!r}, retry={self.sync.retry!r})"
