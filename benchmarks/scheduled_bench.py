@@ -21,10 +21,11 @@ Rows:
 
 - ``zkqueue_parked``: zkqueue, ``depth`` parked, ``park_after=60`` (items due more than 60 s ahead are parked in
   time buckets under ``<queue>-schedule/`` and moved into the queue shortly before due by an elected mover). The
-  prefill producer is closed before the consumer starts, and the consumer starts before the trickle producer,
-  so the consumer's queue is the first started queue with ``park_after`` and is expected to be the mover: its
-  CPU includes the mover's. ``zk_txns_per_item``: ZooKeeper transactions (zxid delta) per parked item during the
-  prefill; the queue's own counters (``stats()``) are reported as they are;
+  prefill producer is closed before the consumer starts, and the trickle producer stays out of the mover
+  election (``QueueBuilder.run_mover(False)``), so the consumer process is the mover: its CPU includes the
+  mover's (its ``stats.unparked`` counts what it moved). ``zk_txns_per_item``: ZooKeeper transactions (zxid
+  delta: a multi is one) per parked item during the prefill; ``znodes_per_item``: the nodes of the queue and
+  its schedule (buckets included) per item after it; the producers' counters (``stats()``) as they are;
 - ``zkqueue_empty``: the same trickle on an empty delay queue (same ``park_after``);
 - ``redis_parked``: the seed design (``shared/reference/seeds/001``) on a private local ``redis-server``:
   ``ZADD jobs <due ms> <id>`` plus ``HSET payloads <id> <payload>`` (one MULTI per trickle put); the poller
@@ -436,11 +437,16 @@ def wipe_tree(client: Any, root: str, chunk: int = 500, in_flight: int = 8) -> i
     return sum(len(level) for level in levels[1:])
 
 
-def _delay_producer(client: Any, path: str, park_after: float | None) -> Any:
+def _delay_producer(client: Any, path: str, park_after: float | None, run_mover: bool = True) -> Any:
+    """A started producer-only delay queue; ``run_mover=False`` keeps it out of the mover election (when this
+    zkqueue has ``QueueBuilder.run_mover``)."""
     from zkqueue.builder import QueueBuilder  # noqa: PLC0415
     from zkqueue.formats.serializers import BytesSerializer  # noqa: PLC0415
 
-    q = _build_delay_queue(QueueBuilder.builder(client, None, BytesSerializer(), path), park_after)
+    builder = QueueBuilder.builder(client, None, BytesSerializer(), path)
+    if not run_mover and park_after is not None and hasattr(builder, "run_mover"):
+        builder = builder.run_mover(False)
+    q = _build_delay_queue(builder, park_after)
     q.start()
     return q
 
@@ -537,7 +543,7 @@ def run_zkqueue(hosts: str, depth: int, park_after: float | None, s: ScheduledSe
         consumer = _Consumer(argv)
         consumer.expect("READY", 180)
         row["consumer_start_s"] = round(time.monotonic() - t_spawn, 3)
-        producer = _delay_producer(client, qpath, park_after)
+        producer = _delay_producer(client, qpath, park_after, run_mover=False)  # the consumer moves
         consumer.send("GO")
         sent = _trickle(producer.put, s, seconds)
         consumer.send(f"END {sent} {s.drain}")
