@@ -1,14 +1,15 @@
 """The ``scheduled`` row of ``python -m benchmarks``: a delay queue holding a deep backlog of far-future items, and
 how late a trickle of near-term items arrives (issue 19).
 
-Every run, the same shape:
+An untimed 2 s trickle on an empty queue comes first (``warmup_seconds``), so the first measured row does not
+pay for a cold ensemble. Then every run has the same shape:
 
 1. prefill (untimed for lateness, timed for its own rate): ``depth`` items due uniformly between now + 2 min and
    now + 30 days; zkqueue through ``DistributedDelayQueue.put(item, due_ms)`` from ``producer_threads`` threads
    on one session (background puts, the default), waited for with ``flush_puts()``; Redis with ``ZADD`` +
    ``HSET`` pipelines of 10,000;
-2. one consumer process (its own session) is started and reports READY once its queue is started and has listed
-   it once;
+2. one consumer process (its own session; zkqueue's is lock-safe, ``QueueBuilder.lock_path``) is started and
+   reports READY once its queue is started and has listed it once;
 3. GO: a trickle of ``rate`` items/s for ``trickle_seconds`` from the harness process, each due 1 s after its put;
 4. the consumer reports once it got every trickle item (or after ``drain`` seconds more).
 
@@ -37,7 +38,7 @@ Rows:
 Targets: zkqueue parked p99 <= 50 ms, and <= 1.5x the empty queue's p99; no early delivery.
 
     python -m benchmarks.scheduled_bench section [--hosts HOSTS] [--depth 1000000] [--seconds 20] [--flat-depth N]
-                                                 [--threads 2] [--cleanup]
+                                                 [--threads 2] [--sessions 1] [--cleanup]
     python -m benchmarks.scheduled_bench consumer --impl zkqueue --hosts H --path P --lock-path L [--park-after S]
     python -m benchmarks.scheduled_bench consumer --impl redis --redis-url URL [--poll-ms 10]
 """
@@ -86,6 +87,7 @@ class ScheduledSettings:
     park_after: float = 60.0
     flat_depth: int = 100_000  # zkqueue with park_after=None at this depth; 0 skips that row
     flat_seconds: float = 10.0  # trickle length of the flat row
+    warmup_seconds: float = 2.0  # an untimed trickle on an empty queue first (cold ensemble, first consumer); 0: none
     producer_threads: int = 2  # prefill threads, spread over the producer sessions
     producer_sessions: int = 1  # prefill producers, each a delay queue on its own ZooKeeper session
     size: int = 100  # payload bytes
@@ -647,6 +649,10 @@ def run_section(hosts: str, s: ScheduledSettings, cleanup: bool = True) -> dict[
     started = time.monotonic()
     rows: dict[str, dict[str, Any]] = {}
     park = s.park_after if parking_supported() else None
+    if s.warmup_seconds > 0:  # so that the first row measured does not pay for a cold ensemble
+        warm = _guard("zkqueue", run_zkqueue, hosts, 0, park, s, s.warmup_seconds, cleanup)
+        if warm.get("status") == "n/a":
+            log.warning("scheduled warm-up failed: %s", warm.get("reason"))
     if park is None:
         reason = "this zkqueue's build_delay_queue has no park_after yet"
         rows["zkqueue_empty"] = _guard("zkqueue", run_zkqueue, hosts, 0, None, s, s.trickle_seconds, cleanup)
