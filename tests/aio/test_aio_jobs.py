@@ -41,7 +41,7 @@ async def test_async_adds_round_trip_through_the_sync_job_queue(zk_client) -> No
             ids = await asyncio.gather(*(jq.add({"i": i}, job_id=f"g-{i}") for i in range(20)),
                                        jq.add({"i": "dup"}, job_id="g-3"))
             assert ids[:20] == [f"g-{i}" for i in range(20)]
-            assert ids[20] is None  # coalesced with the first g-3 or sent after it: one of them wins
+            assert ids[20] is None  # the second add of g-3 waits for the first one's batch: the first wins
 
             assert sync.get("a").params == {"n": 1} and sync.get("a").state is JobState.QUEUED
             record = Record.decode(zk_client.get(f"{PATH}/records/a")[0])

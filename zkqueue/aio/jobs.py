@@ -73,7 +73,8 @@ class _Adder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(max(1, jq.offloader.threads // 2))
+        self._sending: set[str] = set()  # ids in batches being sent
+        self._slots = jq._add_slots
 
     def add(self, key: tuple[Any, ...], job_id: str, params: Any) -> asyncio.Future[str | None]:
         fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
@@ -90,33 +91,39 @@ class _Adder:
             while self._waiting:
                 await self._slots.acquire()
                 key, adds = self._next()
+                if not adds:  # every waiting add has an id being sent: the end of that batch wakes us
+                    self._slots.release()
+                    break
+                self._sending.update(a.job_id for a in adds)
                 task = asyncio.get_running_loop().create_task(self._commit(key, adds))
                 self._in_flight.add(task)
                 task.add_done_callback(self._in_flight.discard)
 
     def _next(self) -> tuple[tuple[Any, ...], list[_Add]]:
-        key = next(iter(self._waiting))
-        waiting = self._waiting.pop(key)
-        batch: list[_Add] = []
-        later: list[_Add] = []
-        ids: set[str] = set()
-        for add in waiting:
-            if add.fut.done():  # its caller was cancelled before it was sent
-                continue
-            if len(batch) >= self._batch or add.job_id in ids:
-                later.append(add)
-                continue
-            ids.add(add.job_id)
-            batch.append(add)
-        if later:
-            self._waiting[key] = later
-        return key, batch
+        """The next batch: adds of one set of options, distinct ids, none of them in a batch being sent (so the
+        first of two adds of one id gets the id)."""
+        for key in list(self._waiting):
+            waiting = self._waiting.pop(key)
+            batch: list[_Add] = []
+            later: list[_Add] = []
+            ids: set[str] = set()
+            for add in waiting:
+                if add.fut.done():  # its caller was cancelled before it was sent
+                    continue
+                if len(batch) >= self._batch or add.job_id in ids or add.job_id in self._sending:
+                    later.append(add)
+                    continue
+                ids.add(add.job_id)
+                batch.append(add)
+            if later:
+                self._waiting[key] = later
+            if batch:
+                return key, batch
+        return (), []
 
     async def _commit(self, key: tuple[Any, ...], adds: list[_Add]) -> None:
         delay, run_at, priority, timeout = key
         try:
-            if not adds:
-                return
             jobs = [(a.job_id, a.params) for a in adds]
             try:  # shielded: the batch is not given up for one cancelled caller
                 rejected = await asyncio.shield(self._jq.offloader.submit(
@@ -131,7 +138,9 @@ class _Adder:
                 if not a.fut.done():
                     a.fut.set_result(None if a.job_id in refused else a.job_id)
         finally:
+            self._sending.difference_update(a.job_id for a in adds)
             self._slots.release()
+            self._wake.set()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -221,6 +230,9 @@ class AsyncJobQueue:
         self.offloader = Offloader(executor_threads, f"zkqueue-aio-{self.sync.paths.root}")
         self._add_batch = add_batch
         self._adder: _Adder | None = None
+        #: Adds (coalesced or add_all) in the pool at once: they are CPU work (records, multis) that competes with
+        #: the loop for the GIL, so at most half the pool, leaving threads for claims and completions.
+        self._add_slots = asyncio.Semaphore(max(1, executor_threads // 2))
         self._workers: list[AsyncWorker] = []
         self._state = "new"
 
@@ -290,8 +302,10 @@ class AsyncJobQueue:
         """:meth:`JobQueue.add_all` in the thread pool: the ids rejected as duplicates."""
         self._check_open()
         self._check_options(delay, run_at, priority, timeout)
-        return await self.offloader.run(self.sync.add_all, list(jobs), delay=delay, run_at=run_at,
-                                        priority=priority, timeout=timeout)
+        jobs = list(jobs)
+        async with self._add_slots:
+            return await self.offloader.run(self.sync.add_all, jobs, delay=delay, run_at=run_at,
+                                            priority=priority, timeout=timeout)
 
     @staticmethod
     def _check_options(delay: float | None, run_at: datetime | None, priority: int,

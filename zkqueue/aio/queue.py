@@ -4,8 +4,9 @@
 It wraps an engine :class:`~zkqueue.engine.queue.DistributedQueue` (:attr:`AsyncQueue.engine`) in pull mode with a
 lock path, so consumption is lock-safe (at least once): a node is claimed under a lease, its items are handed out
 one by one, and it is acked when the iteration asks for the item after its last one, i.e. once the body of the
-``async for`` finished every item of the node. Nodes still held when the queue closes (a loop left with ``break``
-or an exception) are given back untouched and delivered again.
+``async for`` finished every item of the node, or when the queue closes after its last item was handed out.
+Nodes with items not handed out yet, and the current node when the ``async with`` block exits with an exception,
+are given back untouched and delivered again.
 
 Puts are the engine's foreground puts (grouped into shared multis by its group commit) and claims wait for due
 nodes; neither has an async form, so both run in ONE small thread pool per queue (``executor_threads``, default 4;
@@ -66,12 +67,16 @@ class AsyncQueue(Generic[T]):
         self._state = "started"
         await self.offloader.run(self.engine.start)
 
-    async def close(self) -> None:
-        """Ack the nodes fully handed out, give back the others, close the engine queue. Idempotent."""
+    async def close(self, *, give_back_current: bool = False) -> None:
+        """Ack the nodes whose items were all handed out, give back the others, close the engine queue.
+        ``give_back_current``: give back the node of the last item handed out too (``async with`` does when its
+        body raised: that item's work may not be done). Idempotent."""
         if self._state == "closed":
             return
         self._state = "closed"
         async with self._lock:
+            if self._held and not self._items and not give_back_current:
+                self._done.append(self._held.popleft())
             done, self._done = self._done, []
             unfinished = list(self._held)
             self._held.clear()
@@ -89,8 +94,8 @@ class AsyncQueue(Generic[T]):
         await self.start()
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        await self.close(give_back_current=exc is not None)
 
     def _check_open(self) -> None:
         if self._state != "started":

@@ -1,0 +1,245 @@
+"""Async workers on a real ZooKeeper: many handlers in flight, per-job timeouts, cancellation, draining stop(),
+blocking handlers reported, and a loop that stays responsive while 10,000 jobs are added."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+
+import pytest
+
+from zkqueue.aio import AsyncJobQueue, JobTimeoutError
+from zkqueue.jobs import JobQueue, JobState, RetryPolicy
+
+PATH = "/jobs/aio-work"
+FAST = RetryPolicy(max_attempts=3, backoff=0.0, jitter=False)
+
+
+async def wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def all_finished(jq: AsyncJobQueue, n: int) -> bool:
+    counts = await jq.counts()
+    return counts["completed"] + counts["dead"] >= n
+
+
+@pytest.mark.asyncio
+async def test_a_thousand_sleeping_handlers_at_concurrency_200(zk_client) -> None:
+    async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+        assert await jq.add_all([(f"j-{i}", {"i": i}) for i in range(1000)]) == []
+        running = 0
+        peak = 0
+
+        async def handler(job):
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            try:
+                await asyncio.sleep(0.2)
+            finally:
+                running -= 1
+            return job.params["i"] * 2
+
+        worker = jq.work(handler, concurrency=200)
+        await wait_until(lambda: all_finished(jq, 1000), 60, "1,000 jobs")
+        await worker.stop()
+        counts = await jq.counts()
+        assert counts["completed"] == 1000 and counts["dead"] == 0 and counts["active"] == 0
+        assert peak > 150 and peak <= 200
+        assert worker.stats()["peak_in_flight"] <= 200 and worker.stats()["completed"] == 1000
+        assert (await jq.get("j-7")).result == 14 and (await jq.get("j-7")).attempts == 1
+
+
+@pytest.mark.asyncio
+async def test_a_handler_past_its_timeout_is_cancelled_retried_then_dead(zk_client) -> None:
+    retry = RetryPolicy(max_attempts=3, backoff=0.0, jitter=False)
+    async with AsyncJobQueue(zk_client, PATH, retry=retry) as jq:
+        await jq.add({}, job_id="slow", timeout=0.3)
+        await jq.add({}, job_id="quick", timeout=5.0)
+        cancelled: list[str] = []
+
+        async def handler(job):
+            if job.id == "quick":
+                await asyncio.sleep(0.05)
+                return "ok"
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(job.id)
+                raise
+
+        worker = jq.work(handler, concurrency=4, timeout=10.0)  # the job's own timeout wins
+        with pytest.raises(Exception) as dead:
+            await jq.wait_result("slow", timeout=20)
+        await worker.stop()
+        job = dead.value.job
+        assert job.state is JobState.DEAD and job.attempts == 3
+        assert [e.error.split(":")[0] for e in job.errors] == ["JobTimeoutError"] * 3
+        assert cancelled == ["slow"] * 3
+        assert await jq.wait_result("quick", timeout=5) == "ok"
+        assert worker.stats()["timed_out"] == 3
+
+
+@pytest.mark.asyncio
+async def test_the_worker_default_timeout_applies_to_jobs_without_one(zk_client) -> None:
+    async with AsyncJobQueue(zk_client, PATH, retry=RetryPolicy(max_attempts=1)) as jq:
+        await jq.add({}, job_id="no-timeout")
+
+        async def handler(job):
+            await asyncio.sleep(30)
+
+        async with jq.work(handler, concurrency=1, timeout=0.2):
+            await wait_until(lambda: all_finished(jq, 1), 10, "the dead job")
+        job = await jq.get("no-timeout")
+        assert job.state is JobState.DEAD and job.errors[0].error.startswith(JobTimeoutError.__name__)
+
+
+@pytest.mark.asyncio
+async def test_cancelling_the_worker_task_mid_batch_loses_nothing(zk_client) -> None:
+    async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+        await jq.add_all([(f"c-{i}", i) for i in range(80)])
+        started = 0
+
+        async def stuck(job):
+            nonlocal started
+            started += 1
+            await asyncio.sleep(30)
+
+        worker = jq.work(stuck, concurrency=50)
+        await wait_until(lambda: asyncio.sleep(0, started >= 50), 20, "50 handlers running")
+        worker.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker.task
+        assert worker.stats()["released"] == 50
+        counts = await jq.counts()
+        assert counts["active"] == 0 and counts["dead"] == 0 and counts["completed"] == 0
+        assert counts["queued"] == 80  # given back at once, none waiting for a backoff
+
+        async def quick(job):
+            return job.params
+
+        async with jq.work(quick, concurrency=20):
+            await wait_until(lambda: all_finished(jq, 80), 30, "80 jobs")
+        jobs = [await jq.get(f"c-{i}") for i in range(80)]
+        assert all(j.state is JobState.COMPLETED and j.result == i for i, j in enumerate(jobs))
+        assert sorted(j.attempts for j in jobs) == [1] * 30 + [2] * 50  # the cancelled ones ran again
+
+
+@pytest.mark.asyncio
+async def test_stop_drains_running_handlers(zk_client) -> None:
+    async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+        await jq.add_all([(f"d-{i}", i) for i in range(10)])
+        started = asyncio.Event()
+
+        async def handler(job):
+            started.set()
+            await asyncio.sleep(0.5)
+            return "drained"
+
+        worker = jq.work(handler, concurrency=10)
+        await started.wait()
+        await asyncio.sleep(0.1)
+        in_flight = worker.in_flight
+        assert in_flight > 0
+        await worker.stop()
+        assert worker.task.done() and not worker.task.cancelled()
+        counts = await jq.counts()
+        assert counts["active"] == 0 and counts["completed"] == in_flight
+        assert counts["queued"] == 10 - in_flight
+        assert worker.stats()["released"] == 0
+
+
+@pytest.mark.asyncio
+async def test_a_handler_that_blocks_the_loop_is_reported_once_with_its_job_id(zk_client, caplog) -> None:
+    async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+        await jq.add_all([("blocker", 1), ("polite", 2)])
+
+        async def handler(job):
+            for _ in range(3):
+                if job.id == "blocker":
+                    time.sleep(0.15)  # blocks the loop: three steps, one report
+                await asyncio.sleep(0.01)
+            return job.id
+
+        with caplog.at_level(logging.WARNING, logger="zkqueue.aio.watchdog"):
+            async with jq.work(handler, concurrency=2, slow_after=0.1) as worker:
+                await wait_until(lambda: all_finished(jq, 2), 10, "both jobs")
+        reports = [r for r in caplog.records if r.name == "zkqueue.aio.watchdog"]
+        assert len(reports) == 1 and "blocker" in reports[0].getMessage()
+        assert worker.stats()["slow_reports"] == 1
+
+
+@pytest.mark.asyncio
+async def test_async_worker_runs_jobs_of_a_sync_producer_and_sync_worker_runs_async_ones(zk_client) -> None:
+    with JobQueue(zk_client, PATH, retry=FAST) as sync:
+        async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+            sync.add_all([(f"s-{i}", i) for i in range(20)])
+
+            async def handler(job):
+                await asyncio.sleep(0.01)
+                if job.id == "s-3" and job.attempts == 1:
+                    raise RuntimeError("first try fails")
+                return job.params + 100
+
+            async with jq.work(handler, concurrency=8):
+                await wait_until(lambda: all_finished(jq, 20), 20, "20 jobs")
+            assert sync.get("s-3").attempts == 2 and sync.get("s-3").result == 103
+            assert sync.get("s-3").last_error == "RuntimeError: first try fails"
+            assert jq.stats()["completed"] == 20 and jq.stats()["retried"] == 1  # the job layer's own tallies
+
+            await asyncio.gather(*(jq.add(i, job_id=f"a-{i}") for i in range(20)))
+            with sync.work(lambda job: job.params - 1, concurrency=2):
+                results = await asyncio.gather(*(jq.wait_result(f"a-{i}", timeout=20) for i in range(20)))
+            assert results == [i - 1 for i in range(20)]
+
+
+@pytest.mark.asyncio
+async def test_a_heartbeat_never_waits_50ms_while_10000_jobs_are_added(zk_client) -> None:
+    """Run under `flock /tmp/heavy.lock` on a shared machine: the gap is the issue's explicit 50 ms bound.
+
+    The objects pytest and the other tests left are frozen first (``gc.freeze()``, what latency-minded services do
+    at start-up): a full collection of this process's heap alone takes 20-30 ms and would land on the heartbeat
+    whatever the adds do. Collections of what the adds allocate still run."""
+    async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        async def heartbeat() -> None:
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        async def producer(p: int) -> None:
+            for i in range(500):  # single adds, coalesced with the other producers' into batches
+                assert await jq.add({"p": p, "i": i, "body": "x" * 100}, job_id=f"h-{p}-{i}") == f"h-{p}-{i}"
+
+        async def bulk(b: int) -> None:
+            assert await jq.add_all([(f"b-{b}-{i}", {"i": i}) for i in range(1000)]) == []
+
+        gc.collect()
+        gc.freeze()
+        try:
+            beat = asyncio.ensure_future(heartbeat())
+            await asyncio.sleep(0.05)
+            started = time.perf_counter()
+            await asyncio.gather(*(producer(p) for p in range(10)), *(bulk(b) for b in range(5)))
+            took = time.perf_counter() - started
+            done.set()
+            await beat
+        finally:
+            gc.unfreeze()
+        counts = await jq.counts()
+        assert counts["queued"] == 10_000
+        worst = max(gaps) - 0.005
+        logging.getLogger("zkqueue.aio.test").info("10,000 adds in %.2f s, %d beats, worst extra wait %.1f ms",
+                                                    took, len(gaps), worst * 1000)
+        assert worst < 0.050, f"the heartbeat waited {worst * 1000:.1f} ms past its sleep"
