@@ -181,3 +181,22 @@ def test_bad_park_after_and_layout_are_refused(zk_client) -> None:
         buckets.Layout(hour_s=60, minute_s=7)
     with pytest.raises(ConfigurationError):
         QueueBuilder.builder(zk_client, None, JsonSerializer(), QPATH).schedule_layout((60, 2))
+
+
+def test_a_long_requeue_backoff_is_parked(zk_client) -> None:
+    """A lock-safe consumer's failure requeues the item due after requeue_backoff: parked, then back on time."""
+    calls: list[int] = []
+
+    def flaky(item: dict) -> None:
+        calls.append(now_ms())
+        if len(calls) == 1:
+            raise RuntimeError("not yet")
+
+    with delay_queue(zk_client, flaky, requeue_backoff=4.0) as q:
+        q.put({"n": 1}, now_ms())
+        wait_for(lambda: len(calls) == 1, timeout=10)
+        wait_for(lambda: parked_count(zk_client, QPATH) == 1, timeout=10)
+        assert queue_items(zk_client) == []
+        wait_for(lambda: len(calls) == 2, timeout=20)
+        assert calls[1] >= calls[0] + 4000
+        assert q.stats().requeued == 1 and q.stats().parked == 1

@@ -104,4 +104,4 @@ class DistributedDelayQueue(DistributedQueue[T]):
             epoch = max(epoch, now_ms() + int(self._requeue_backoff * 1000))
         if epoch <= 0:
             return self.make_item_path()
-        return naming.join(self.queue_path, naming.delay_prefix(epoch))
+        return self.place_due(naming.delay_prefix(epoch), epoch)  # a long back-off is parked like a far put
