@@ -520,7 +520,10 @@ def prefill_zkqueue(client: Any, path: str, depth: int, s: ScheduledSettings, pa
             "prefill_rate": round(depth / seconds, 1) if seconds > 0 else None, "producer_threads": threads,
             "producer_sessions": sessions,
             "zk_txns": txns, "zk_txns_per_item": round(txns / depth, 4) if depth else None,
-            "znodes": nodes, "znodes_per_item": round(nodes / depth, 4) if depth else None, "producer_stats": stats}
+            "znodes": nodes, "znodes_per_item": round(nodes / depth, 4) if depth else None, "producer_stats": stats,
+            # the producers' own count of bucket creates sent (stats().bucket_writes, where the queue has it)
+            "bucket_writes_per_item": round(stats["bucket_writes"] / depth, 4) if depth and "bucket_writes" in stats
+            else None}
 
 
 def run_zkqueue(hosts: str, depth: int, park_after: float | None, s: ScheduledSettings, seconds: float,
