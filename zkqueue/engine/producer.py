@@ -58,8 +58,9 @@ log = logging.getLogger("zkqueue.engine.producer")
 _REQUEST_OVERHEAD = 512
 #: Background put multis in flight at once.
 _PUTS_PIPELINED = 3
-#: Parent nodes (time buckets) a producer remembers as existing.
-_KNOWN_PARENTS = 4096
+#: Parent nodes (time buckets) a producer remembers as existing: enough for every minute bucket of 45 days (a
+#: 30-day schedule has 43,920 buckets), about 12 MB at most; a bucket it forgot costs one more create request.
+_KNOWN_PARENTS = 65_536
 
 
 @dataclass
