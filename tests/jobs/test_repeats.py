@@ -291,3 +291,163 @@ def test_scheduler_errors_are_retried_with_backoff_and_a_foreign_node_is_left_ou
         assert all(len(found) == 1 for found in jobs.values())
         assert sorted(jobs) == list(range(min(jobs), max(jobs) + 1000, 1000))
         assert [t.name for t in threading.enumerate()].count(f"zkqueue-scheduler-{PATH}") == 1
+
+
+# ------------------------------------------------------------------------------------------------ by hand
+def by_hand(jq: JobQueue, monkeypatch, start_ms: int):
+    """Stop ``jq``'s own scheduler and give the test a clock (``clock[0]``, ms) that repeat() and a scheduler of
+    the test's see; returns (clock, that scheduler). The scheduler is not elected: the test calls ``_pass``."""
+    from zkqueue.jobs import repeats as repeats_module  # noqa: PLC0415
+    from zkqueue.jobs import scheduler as scheduler_module  # noqa: PLC0415
+
+    jq._scheduler.stop()
+    clock = [start_ms]
+    monkeypatch.setattr(repeats_module, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(scheduler_module, "now_ms", lambda: clock[0])
+    return clock, scheduler_module.Scheduler(jq.client, jq.paths, jq._engine, None)
+
+
+def next_second_ms() -> int:
+    return (int(time.time()) + 1) * 1000
+
+
+def test_a_fire_time_that_fired_and_finished_never_fires_again(zk_client, monkeypatch) -> None:
+    """Fired and completed, then the repeat cancelled and added again from a machine whose clock is 2 s behind the
+    scheduler's: its next fire time is one that fired already. The finished job is not replaced: skipped."""
+    from zkqueue.jobs.repeats import job_id  # noqa: PLC0415
+
+    with JobQueue(zk_client, PATH) as jq:
+        base = next_second_ms()
+        clock, scheduler = by_hand(jq, monkeypatch, base - 500)
+        jq.repeat("tick", "p", every=1)
+        clock[0] = base + 100
+        scheduler._pass()
+        first = job_id("tick", base)
+        with jq.take(max_jobs=1, timeout=10) as jobs:
+            assert [j.id for j in jobs] == [first]
+        done = jq.get(first)
+        assert done.state is JobState.COMPLETED
+        assert jq.cancel_repeat("tick") is True
+        clock[0] = base + 1500 - 2000  # the caller's clock, 2 s behind
+        assert jq.repeat("tick", "p", every=1).next_fire == datetime.fromtimestamp(base / 1000, timezone.utc)
+        clock[0] = base + 1600
+        scheduler._pass()
+        again = jq.get(first)
+        assert again.state is JobState.COMPLETED and again.attempts == 1 and again.updated_at == done.updated_at
+        jobs = jobs_of(jq, "tick")
+        assert sorted(jobs) == [base, base + 1000] and all(len(found) == 1 for found in jobs.values()), jobs
+        assert scheduler.counts == {"fired": 2, "skipped": 1}
+
+
+def test_catch_up_none_fires_times_that_came_due_while_the_scheduler_was_held_up(zk_client, monkeypatch) -> None:
+    """The scheduler looked just before a fire time, then its next look came 2.5 s after it (a GC pause, a long
+    pass over many repeats): the times that came due meanwhile were on time, not missed; even "none" fires them."""
+    with JobQueue(zk_client, PATH) as jq:
+        base = next_second_ms()
+        clock, scheduler = by_hand(jq, monkeypatch, base - 500)
+        jq.repeat("tick", None, every=1, catch_up="none")
+        scheduler._pass()  # looks at base - 0.5 s: nothing due
+        assert jobs_of(jq, "tick") == {}
+        clock[0] = base + 2500
+        scheduler._pass()
+        assert sorted(jobs_of(jq, "tick")) == [base, base + 1000, base + 2000]
+        assert jq.repeats()[0].next_fire == datetime.fromtimestamp((base + 3000) / 1000, timezone.utc)
+
+
+def test_missed_is_judged_from_the_last_clean_look(zk_client, monkeypatch) -> None:
+    """A version race lost in a pass (a re-definition in between) leaves its due time on time for the next look,
+    however late; times due before the scheduler's election are missed (catch_up="none": skipped)."""
+    from zkqueue.jobs.repeats import load_all  # noqa: PLC0415
+
+    with JobQueue(zk_client, PATH) as jq:
+        base = next_second_ms()
+        clock, scheduler = by_hand(jq, monkeypatch, base - 5500)
+        jq.repeat("tick", None, every=1, catch_up="none")  # next fire: base - 5 s
+        clock[0] = base - 500
+        scheduler._since_ms = base - 500  # elected now: base - 5 s .. base - 2 s were missed (1 s of grace)
+        [(stale, version)] = load_all(jq.client, jq.paths)
+        jq.repeat("tick", {"v": 2}, every=1, catch_up="none")  # keeps the due next fire time; a new version
+        assert not scheduler._fire(stale, version, base + 100)  # lost the version race: nothing fired
+        clock[0] = base + 1800
+        scheduler._pass()  # base - 1 s and base were due at the last (failed) look: on time, though late
+        jobs = jobs_of(jq, "tick")
+        assert sorted(jobs) == [base - 1000, base, base + 1000], jobs
+        assert all(found[0].params == {"v": 2} for found in jobs.values())  # the stale read wrote nothing
+
+
+@pytest.mark.parametrize("catch_up", ["last", "all", "none"])
+def test_a_redefinition_keeps_a_due_fire_time(zk_client, monkeypatch, catch_up) -> None:
+    """repeat() again (same schedule) after a fire time came due and before the scheduler fired it: that time
+    still fires, whatever catch_up."""
+    with JobQueue(zk_client, PATH) as jq:
+        base = next_second_ms()
+        clock, scheduler = by_hand(jq, monkeypatch, base - 500)
+        jq.repeat("tick", {"v": 1}, every=1, catch_up=catch_up)
+        scheduler._pass()
+        clock[0] = base + 200  # due, not fired yet
+        again = jq.repeat("tick", {"v": 2}, every=1, catch_up=catch_up)
+        assert again.next_fire == datetime.fromtimestamp(base / 1000, timezone.utc)
+        clock[0] = base + 300
+        scheduler._pass()
+        jobs = jobs_of(jq, "tick")
+        assert sorted(jobs) == [base] and jobs[base][0].params == {"v": 2}
+        # another schedule starts afresh: its first fire time after now
+        changed = jq.repeat("tick", None, every=2, catch_up=catch_up)
+        assert changed.next_fire == datetime.fromtimestamp(((base + 300) // 2000 + 1) * 2, timezone.utc)
+
+
+def test_a_daily_cron_fires_once_when_the_clocks_go_back(zk_client, monkeypatch) -> None:
+    """"30 2 * * *" in Europe/Paris: on 25 October 2026 02:30 comes twice (summer time, then winter time); like
+    classic cron it fires once, at the first. Other days and other schedules keep their times."""
+    def utc(*args: int) -> int:
+        return int(datetime(*args, tzinfo=timezone.utc).timestamp() * 1000)
+
+    daily = Schedule.of("30 2 * * *", None, "Europe/Paris")
+    assert daily.next_after(utc(2026, 10, 24, 12)) == utc(2026, 10, 25, 0, 30)
+    assert daily.next_after(utc(2026, 10, 25, 0, 30)) == utc(2026, 10, 26, 1, 30)  # not 01:30Z, 02:30 again
+    assert daily.at_or_before(utc(2026, 10, 25, 5)) == utc(2026, 10, 25, 0, 30)
+    assert daily.latest_between(utc(2026, 10, 24), utc(2026, 10, 26, 12), 10) == (
+        [utc(2026, 10, 24, 0, 30), utc(2026, 10, 25, 0, 30), utc(2026, 10, 26, 1, 30)], False)
+    half_hourly = Schedule.of("*/30 * * * *", None, "Europe/Paris")  # every half hour of real time, fold or not
+    assert half_hourly.latest_between(utc(2026, 10, 25, 0), utc(2026, 10, 25, 2), 10)[0] == [
+        utc(2026, 10, 25, 0), utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 1), utc(2026, 10, 25, 1, 30),
+        utc(2026, 10, 25, 2)]
+    with JobQueue(zk_client, PATH) as jq:  # the scheduler, through that night
+        clock, scheduler = by_hand(jq, monkeypatch, utc(2026, 10, 24, 12))
+        jq.repeat("nightly", None, cron="30 2 * * *", tz="Europe/Paris", catch_up="all")
+        for at in (utc(2026, 10, 25, 0, 30, 0) + 100, utc(2026, 10, 25, 1, 30) + 100, utc(2026, 10, 25, 3)):
+            clock[0] = at
+            scheduler._pass()
+        assert sorted(jobs_of(jq, "nightly")) == [utc(2026, 10, 25, 0, 30)]
+        assert jq.repeats()[0].next_fire == datetime(2026, 10, 26, 1, 30, tzinfo=timezone.utc)
+
+
+def test_a_standby_whose_session_expired_keeps_the_lead_once_elected(zk_client_factory, caplog) -> None:
+    """A standby scheduler's session expires (its election node is made again at the back); it is next in line
+    when the leader closes: it leads and stays, not resigning at once for the old loss (the one behind it would
+    take over)."""
+    from zkqueue.server.testing import expire_session  # noqa: PLC0415
+
+    a, b, c = (JobQueue(zk_client_factory(), PATH) for _ in range(3))
+    election = a.client.Election(f"{PATH}/scheduler")
+    try:
+        a.start()
+        wait_for(lambda: a._scheduler.active, timeout=15)
+        b.start()
+        wait_for(lambda: b._scheduler.identifier in election.contenders(), timeout=15)
+        expire_session(b.client)
+        wait_for(lambda: election.contenders() == [a._scheduler.identifier, b._scheduler.identifier], timeout=30)
+        c.start()
+        wait_for(lambda: len(election.contenders()) == 3, timeout=15)
+        with caplog.at_level("WARNING", logger="zkqueue.jobs.scheduler"):
+            a.close()
+            wait_for(lambda: b._scheduler.active or c._scheduler.active, timeout=15)
+            time.sleep(1.0)
+        assert b._scheduler.active and not c._scheduler.active
+        assert election.contenders()[0] == b._scheduler.identifier
+        assert not [r for r in caplog.records if "lost its session" in r.getMessage()]
+        b.repeat("tick", None, every=1)
+        wait_for(lambda: len(jobs_of(b, "tick")) >= 1, timeout=15)
+    finally:
+        for jq in (a, b, c):
+            jq.close()

@@ -41,7 +41,8 @@ from zkqueue.jobs.store import Paths
 log = logging.getLogger("zkqueue.jobs.repeats")
 
 CATCH_UP = ("last", "all", "none")
-#: A fire time at most this old (ms) when the scheduler looks is on time; older ones were missed (see catch_up).
+#: A due fire time at most this much (ms) before the active scheduler's previous look (or its election) is on
+#: time; older ones were missed (see catch_up and :mod:`zkqueue.jobs.scheduler`).
 GRACE_MS = 1000
 #: The most missed fire times ``catch_up="all"`` fires at one look (the latest ones; older ones are skipped).
 MAX_CATCH_UP = 1000
@@ -112,7 +113,10 @@ class Schedule:
             period = self.every_s * 1000
             return (ms // period + 1) * period
         it = croniter(self.cron, to_datetime(ms).astimezone(_zone(self.tz)))
-        return _ms(it.get_next(datetime))
+        while True:
+            t = _ms(it.get_next(datetime))
+            if not self._repeats_wall_clock(t):
+                return t
 
     def at_or_before(self, ms: int) -> int:
         """The latest fire time at or before ``ms``."""
@@ -120,7 +124,22 @@ class Schedule:
             period = self.every_s * 1000
             return ms // period * period
         it = croniter(self.cron, to_datetime(ms + 1).astimezone(_zone(self.tz)))
-        return _ms(it.get_prev(datetime))
+        while True:
+            t = _ms(it.get_prev(datetime))
+            if not self._repeats_wall_clock(t):
+                return t
+
+    def _repeats_wall_clock(self, t: int) -> bool:
+        """Whether cron fire time ``t`` shows the same local wall-clock time as the fire time before it: the
+        repeated hour when clocks go back (``"30 2 * * *"`` in Europe/Paris would fire at 02:30 summer time and
+        again at 02:30 winter time). Like classic cron, such a time is not a fire time: the wall-clock time fires
+        once. Only a time in the second pass of a repeated hour (``fold=1``) can be one."""
+        zone = _zone(self.tz)
+        local = to_datetime(t).astimezone(zone)
+        if not local.fold:
+            return False
+        before = croniter(self.cron, local).get_prev(datetime).astimezone(zone)
+        return before.replace(tzinfo=None) == local.replace(tzinfo=None)
 
     def latest_between(self, first_ms: int, last_ms: int, limit: int) -> tuple[list[int], bool]:
         """The fire times in ``[first_ms, last_ms]``, oldest first, at most the latest ``limit``; and whether
@@ -236,9 +255,12 @@ class Repeat:
 # ---------------------------------------------------------------------------------------------- store
 def save(client: KazooClient, paths: Paths, name: str, schedule: Schedule, catch_up: str, params: bytes,
          acl: Any) -> Definition:
-    """Create or replace the repeat ``name``. A replaced definition keeps its ``last_ms``; its next fire time is
-    the schedule's first after both now and ``last_ms``, so no fire time fires twice and none from before the
-    call is caught up. Version-checked against a firing in between (which is kept)."""
+    """Create or replace the repeat ``name``. A replaced definition keeps its ``last_ms``. Its next fire time: with
+    the same schedule, a due one not handled yet (``next_ms`` at or before now) is kept, so a re-definition (an
+    application declaring its repeats at every start) neither drops a firing a scheduler is about to make nor the
+    catch-up of times missed while none ran; otherwise the schedule's first after both now and ``last_ms``. So no
+    fire time fires twice (the scheduler also skips a fire time whose job exists, even finished). Version-checked
+    against a firing in between (which is kept)."""
     path = repeat_path(paths, name)
     client.retry(client.ensure_path, repeats_path(paths), acl=acl)
     while True:
@@ -253,9 +275,11 @@ def save(client: KazooClient, paths: Paths, name: str, schedule: Schedule, catch
             except NodeExistsError:
                 continue
         old = Definition.decode(data)
-        start = now if old.last_ms is None else max(now, old.last_ms)
-        new = Definition(name, schedule, catch_up, params, schedule.next_after(start), old.last_ms,
-                         old.created_ms, now)
+        if old.schedule == schedule and old.next_ms <= now:
+            next_ms = old.next_ms  # due and not handled yet: the next look handles it (per catch_up)
+        else:
+            next_ms = schedule.next_after(now if old.last_ms is None else max(now, old.last_ms))
+        new = Definition(name, schedule, catch_up, params, next_ms, old.last_ms, old.created_ms, now)
         try:
             client.retry(client.set, path, new.encode(), version=stat.version)
             return new

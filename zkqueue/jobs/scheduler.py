@@ -7,15 +7,20 @@ repeats (a children watch on ``<path>/repeats`` and a data watch on each), fires
 earliest next fire time or until a watch says the definitions changed (at most :data:`MAX_WAIT` seconds).
 
 A firing is one multi through the job queue's engine (exactly once through a lost reply): the repeat node's
-setData, version-checked, advancing ``last_ms``/``next_ms``, with the job's record and queue item. A scheduler that
+setData, version-checked, advancing ``last_ms``/``next_ms``, with the job's record and queue item (several due times
+of one repeat go in one such multi, up to :data:`COMMIT_CHUNK`; further chunks only after it). A scheduler that
 lost a race, or a definition replaced or cancelled meanwhile, fails the version check and adds nothing, so no fire
-time is ever handled twice. A fire time whose job id is still unfinished (a record in ``records/``) only advances
-the repeat (counted as ``skipped``).
+time is ever handled twice. A fire time whose job id exists already only advances the repeat (counted as
+``skipped``): unfinished (a record in ``records/``), or finished (``completed/``, ``dead/``: it fired before, e.g.
+before a cancel and a re-add from a machine whose clock is behind); so ``<name>@<fire time>`` never runs twice while
+its finished record is kept.
 
 What fires when the scheduler looks at time ``now`` and the repeat's next fire time ``next`` is at or before it:
-the *due* times are the schedule's times in ``[next, now]``; a due time older than ``now - GRACE_MS`` (1 s,
-:data:`~zkqueue.jobs.repeats.GRACE_MS`) was *missed* (no scheduler ran then, or it was held up); the others are
-*on time* and always fire. Of the missed times:
+the *due* times are the schedule's times in ``[next, now]``. A due time before ``since - GRACE_MS`` (1 s,
+:data:`~zkqueue.jobs.repeats.GRACE_MS`), where ``since`` is when this scheduler last looked (the start of its
+previous pass that completed with every firing committed, or its election), was *missed*: no scheduler was
+responsible for it when it came. The others are *on time* and always fire, however late the look (a long pass
+over many repeats, a GC pause, a lost version race, a ZooKeeper error retried). Of the missed times:
 
 - ``catch_up="last"`` (default): only the latest fires; the earlier ones are skipped.
 - ``catch_up="all"``: every one fires, oldest first (at most the latest :data:`~zkqueue.jobs.repeats.MAX_CATCH_UP`
@@ -50,8 +55,10 @@ log = logging.getLogger("zkqueue.jobs.scheduler")
 
 #: Longest sleep of the active scheduler (seconds) when nothing is due sooner: a safety net, not the wake-up.
 MAX_WAIT = 60.0
-#: Firings committed per engine call (a batch of catch-up firings; each is its own version-checked group).
+#: The most fire times committed in one atomic group (a chunk of catch-up firings; see Scheduler._fire).
 COMMIT_CHUNK = 50
+#: About the most bytes of job records in one such group (large params make smaller chunks).
+CHUNK_BYTES = 256 * 1024
 
 
 class Scheduler:
@@ -68,8 +75,9 @@ class Scheduler:
         self.identifier = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._lost = threading.Event()
         self._guard = threading.Lock()
+        #: When this scheduler last looked (ms): its election, then the start of each clean pass (see the doc).
+        self._since_ms = now_ms()
         self._election: Any = None
         self._thread: threading.Thread | None = None
         self.active = False
@@ -125,20 +133,31 @@ class Scheduler:
                 return
             election = self._client.Election(repeats.election_path(self._paths), self.identifier)
             self._election = election
-        self._lost.clear()
         election.run(self._lead)
 
+    def _session(self) -> int | None:
+        client_id = self._client.client_id
+        return client_id[0] if client_id else None
+
     def _lead(self) -> None:
+        # Elected in this session: its end (LOST wakes the loop) takes the election node with it. A session lost
+        # while on standby is no reason to resign (the election re-created its node in the new session).
+        session = self._session()
         log.info("the scheduler of %s is active (%s)", self._paths.root, self.identifier)
         self.active = True
+        self._since_ms = now_ms()
+
+        def lost() -> bool:
+            return self._session() != session
+
         try:
-            while not self._stop.is_set() and not self._lost.is_set():
+            while not self._stop.is_set() and not lost():
                 self._wake.clear()
-                delay = self._retrying("firing repeats", self._lost.is_set)(self._pass)
+                delay = self._retrying("firing repeats", lost)(self._pass)
                 self._wake.wait(delay)
         finally:
             self.active = False
-            if self._lost.is_set() and not self._stop.is_set():
+            if lost() and not self._stop.is_set():
                 log.warning("the scheduler of %s lost its session; contending again", self._paths.root)
 
     def _retrying(self, what: str, give_up: Callable[[], bool]) -> tenacity.Retrying:
@@ -160,9 +179,8 @@ class Scheduler:
             reraise=True,
         )
 
-    def _on_state(self, state: str) -> None:  # kazoo's event thread: only flags
+    def _on_state(self, state: str) -> None:  # kazoo's event thread: only wakes the loop (see _lead)
         if state == KazooState.LOST:
-            self._lost.set()
             self._wake.set()
 
     def _poke(self, _event: Any) -> None:  # a watch on the repeats: look again
@@ -170,53 +188,69 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------------ one look
     def _pass(self) -> float:
-        """Fire every due repeat; return the seconds until the earliest next fire time (at most MAX_WAIT)."""
+        """Fire every due repeat; return the seconds until the earliest next fire time (at most MAX_WAIT). A pass
+        that completes with every firing committed moves ``since`` (see the module doc) to its start."""
+        started = now_ms()
         earliest: int | None = None
+        clean = True
         for definition, version in repeats.load_all(self._client, self._paths, watch=self._poke):
             now = now_ms()
             if definition.next_ms <= now:
-                self._fire(definition, version, now)
+                clean = self._fire(definition, version, now) and clean
                 upcoming = definition.schedule.next_after(now)
             else:
                 upcoming = definition.next_ms
             earliest = upcoming if earliest is None else min(earliest, upcoming)
+        if clean:
+            self._since_ms = max(self._since_ms, started)
         if earliest is None:
             return MAX_WAIT
         return min(MAX_WAIT, max(0.005, (earliest - now_ms()) / 1000.0 + 0.001))
 
-    def _fire(self, definition: Definition, version: int, now: int) -> None:
-        """Handle the due times of one repeat (see the module doc for which fire), each firing version-checked."""
+    def _fire(self, definition: Definition, version: int, now: int) -> bool:
+        """Handle the due times of one repeat (see the module doc for which fire); False if a commit failed (the
+        next look handles the rest).
+
+        The firings go in chunks of at most :data:`COMMIT_CHUNK`, each ONE atomic group: the repeat node's
+        setData (version-checked, the state after the chunk) with the chunk's jobs; chunks commit one after the
+        other and stop at the first failure. (Separate groups checked at ``version + i`` would let a later one
+        commit after an earlier one failed, over a definition written meanwhile.)"""
         times = self._to_fire(definition, now)
         after = definition.schedule.next_after(now)
         path = repeats.repeat_path(self._paths, definition.name)
         if not times:  # only missed times: skip them, wait for the next one
             advanced = definition.advanced(after, definition.last_ms)
-            self._commit(definition, [[protocol.SetDataOp(path, advanced.encode(), version)]], [("advance", None)])
-            return
+            return self._commit(definition, [([protocol.SetDataOp(path, advanced.encode(), version)], [])])
         ids = [repeats.job_id(definition.name, t) for t in times]
-        unfinished, stale = self._existing(ids)
-        groups: list[list[Any]] = []
-        plan: list[tuple[str, str | None]] = []
+        unfinished, finished = self._existing(ids)
+        entries: list[tuple[str, str, int, Record | None]] = []
+        for t, job_id in zip(times, ids):
+            if job_id in unfinished or job_id in finished:  # added before: only advance past it
+                entries.append(("skip" if job_id in unfinished else "fired", job_id, t, None))
+            else:
+                entries.append(("fire", job_id, t,
+                                Record(id=job_id, state=JobState.QUEUED, params=definition.params, due_ms=t)))
+        chunk = max(1, min(COMMIT_CHUNK, CHUNK_BYTES // (len(definition.params) + 512)))
         last = definition.last_ms
-        for i, (t, job_id) in enumerate(zip(times, ids)):
-            next_ms = times[i + 1] if i + 1 < len(times) else after
-            if job_id in unfinished:
-                advanced = definition.advanced(next_ms, last)
-                groups.append([protocol.SetDataOp(path, advanced.encode(), version + i)])
-                plan.append(("skip", job_id))
-                continue
-            last = t
-            advanced = definition.advanced(next_ms, last)
-            record = Record(id=job_id, state=JobState.QUEUED, params=definition.params, due_ms=t)
-            groups.append([protocol.SetDataOp(path, advanced.encode(), version + i),
-                           *store.add_ops(self._paths, record, stale.get(job_id, []), self._acl)])
-            plan.append(("fire", job_id))
-        self._commit(definition, groups, plan)
+        chunks: list[tuple[list[Any], list[tuple[str, str]]]] = []
+        for k, first in enumerate(range(0, len(entries), chunk)):
+            part = entries[first:first + chunk]
+            adds: list[Any] = []
+            for kind, _job_id, t, record in part:
+                if record is not None:
+                    last = t
+                    adds.extend(store.add_ops(self._paths, record, [], self._acl))
+            end = first + len(part)
+            advanced = definition.advanced(times[end] if end < len(times) else after, last)
+            chunks.append(([protocol.SetDataOp(path, advanced.encode(), version + k), *adds],
+                           [(kind, job_id) for kind, job_id, _t, _r in part]))
+        return self._commit(definition, chunks)
 
     def _to_fire(self, definition: Definition, now: int) -> list[int]:
         """The due times of ``definition`` that fire at ``now``, oldest first (see the module doc)."""
         schedule, first = definition.schedule, definition.next_ms
-        on_time = schedule.latest_between(max(first, now - repeats.GRACE_MS), now, repeats.MAX_CATCH_UP)[0]
+        cutoff = min(self._since_ms, now) - repeats.GRACE_MS  # due before it: missed (see the module doc)
+        on_time = schedule.latest_between(max(first, cutoff), now, repeats.MAX_CATCH_UP)[0]
         if definition.catch_up == "all":
             times, capped = schedule.latest_between(first, now, repeats.MAX_CATCH_UP)
             if capped:
@@ -224,7 +258,7 @@ class Scheduler:
                             "fire", definition.name, self._paths.root, repeats.MAX_CATCH_UP,
                             _stamp(first), repeats.MAX_CATCH_UP)
             return times
-        latest_missed = schedule.at_or_before(now - repeats.GRACE_MS - 1)
+        latest_missed = schedule.at_or_before(cutoff - 1)
         if latest_missed < first:
             return on_time  # nothing missed
         if definition.catch_up == "last":
@@ -236,35 +270,32 @@ class Scheduler:
                  definition.name, self._paths.root, _stamp(first), _stamp(latest_missed))
         return on_time
 
-    def _existing(self, ids: list[str]) -> tuple[set[str], dict[str, list[tuple[str, int]]]]:
-        """The ids among ``ids`` whose job is unfinished, and the finished records (with versions) of the others'
-        earlier runs, which the add replaces."""
+    def _existing(self, ids: list[str]) -> tuple[set[str], set[str]]:
+        """The ids among ``ids`` whose job is unfinished (a record in ``records/``), and those whose job finished
+        (completed or dead): either way that fire time was added before and must not fire again."""
         paths = [(i, p) for i in ids for p in (self._paths.record(i), self._paths.finished(i, JobState.COMPLETED),
                                                self._paths.finished(i, JobState.DEAD))]
         unfinished: set[str] = set()
-        stale: dict[str, list[tuple[str, int]]] = {}
+        finished: set[str] = set()
         for (job_id, path), res in zip(paths, protocol.multi_read(self._client, [p for _i, p in paths])):
             if isinstance(res, BaseException):
                 continue
-            if path == self._paths.record(job_id):
-                unfinished.add(job_id)
-            else:
-                stale.setdefault(job_id, []).append((path, res[1].version))
-        return unfinished, stale
+            (unfinished if path == self._paths.record(job_id) else finished).add(job_id)
+        return unfinished, finished
 
-    def _commit(self, definition: Definition, groups: list[list[Any]], plan: list[tuple[str, str | None]]) -> None:
-        """Commit the firings in order (``plan``: per group, ``fire``/``skip``/``advance`` and its job id); stop at
-        the first that fails (a lost race, a changed definition or an id taken meanwhile: the next look reads the
-        repeat again)."""
-        for start in range(0, len(groups), COMMIT_CHUNK):
-            results = self._engine.commit_puts(groups[start:start + COMMIT_CHUNK])
-            for res, (kind, job_id) in zip(results, plan[start:start + COMMIT_CHUNK]):
-                if not res.ok:
-                    raced = isinstance(res.error, (BadVersionError, NoNodeError, NodeExistsError))
-                    log.log(logging.DEBUG if raced else logging.WARNING,
-                            "a firing of repeat %r in %s did not commit (op %s: %r); looking again",
-                            definition.name, self._paths.root, res.op, res.error)
-                    return
+    def _commit(self, definition: Definition, chunks: list[tuple[list[Any], list[tuple[str, str]]]]) -> bool:
+        """Commit ``chunks`` (each: one atomic group of ops, and per fire time in it ``fire``/``skip``/``fired``
+        and its job id) one after the other; stop at the first that fails (a lost race, a changed definition or an
+        id taken meanwhile: the next look reads the repeat again) and return False."""
+        for ops, plan in chunks:
+            [res] = self._engine.commit_puts([ops])
+            if not res.ok:
+                raced = isinstance(res.error, (BadVersionError, NoNodeError, NodeExistsError))
+                log.log(logging.DEBUG if raced else logging.WARNING,
+                        "a firing of repeat %r in %s did not commit (op %s: %r); looking again",
+                        definition.name, self._paths.root, res.op, res.error)
+                return False
+            for kind, job_id in plan:
                 if kind == "fire":
                     self.counts["fired"] += 1
                     if self._on_added is not None:
@@ -274,10 +305,15 @@ class Scheduler:
                     self.counts["skipped"] += 1
                     log.warning("repeat %r of %s: job %r is still unfinished from an earlier run; this firing "
                                 "is skipped", definition.name, self._paths.root, job_id)
+                else:
+                    self.counts["skipped"] += 1
+                    log.info("repeat %r of %s: job %r finished already (this fire time fired before); not fired "
+                             "again", definition.name, self._paths.root, job_id)
+        return True
 
 
 def _stamp(ms: int) -> str:
     return repeats.to_datetime(ms).strftime(repeats.ID_FORMAT)
 
 
-__all__ = ["COMMIT_CHUNK", "MAX_WAIT", "Scheduler"]
+__all__ = ["CHUNK_BYTES", "COMMIT_CHUNK", "MAX_WAIT", "Scheduler"]
