@@ -200,3 +200,77 @@ def test_a_long_requeue_backoff_is_parked(zk_client) -> None:
         wait_for(lambda: len(calls) == 2, timeout=20)
         assert calls[1] >= calls[0] + 4000
         assert q.stats().requeued == 1 and q.stats().parked == 1
+
+
+def test_a_bucket_that_cannot_be_emptied_does_not_hold_up_later_ones(zk_client, caplog) -> None:
+    """A node the mover cannot move (here: a stray with a child of its own) leaves its bucket stuck; later buckets
+    are still moved, and the stuck one is retried with a growing back-off, not in a hot loop."""
+    arrivals = Arrivals()
+    with delay_queue(zk_client, arrivals) as q:
+        root = buckets.schedule_root(QPATH)
+        first = now_ms() + 4000
+        q.put({"n": 1, "due": first}, first)
+        later = first + 4000  # two buckets later
+        q.put({"n": 2, "due": later}, later)
+        assert q.flush_puts(10)
+        bucket = buckets.bucket_of(root, first, FAST)
+        zk_client.create(f"{bucket.minute_path}/stray/child", b"x", makepath=True)
+        wait_for(lambda: len(arrivals) == 2, timeout=30)
+        assert sorted(item["n"] for item, _at in arrivals.got) == [1, 2]
+        time.sleep(3.0)
+        moves = q.stats().unparked
+        assert moves == 2
+        assert zk_client.exists(f"{bucket.minute_path}/stray/child")  # left alone, warned about
+    # a stuck bucket is retried after 0.5, 1, 2, ... s, and warned about once, not in a hot loop
+    stuck = [r for r in caplog.records if "could not be emptied" in r.getMessage()]
+    tries = [r for r in caplog.records if "stray" in r.getMessage() and r.name == "zkqueue.engine.mover"]
+    assert len(stuck) == 1 and 1 <= len(tries) <= 3
+    assert q.stats().loop_errors == 0
+
+
+def test_a_lost_connection_on_the_first_listing_does_not_stall_the_mover(zk_client, monkeypatch) -> None:
+    from kazoo.exceptions import ConnectionLoss
+
+    from zkqueue.engine import mover as mover_module
+
+    root = buckets.schedule_root(QPATH)
+    real = zk_client.get_children
+    failures = []
+
+    def flaky(path, *args, **kwargs):
+        if path == root and not failures:
+            failures.append(path)
+            raise ConnectionLoss()
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk_client, "get_children", flaky)
+    monkeypatch.setattr(mover_module, "_IDLE_CHECK", 60.0)
+    arrivals = Arrivals()
+    with delay_queue(zk_client, arrivals) as q:
+        due = now_ms() + 4000
+        q.put({"n": 1, "due": due}, due)
+        wait_for(lambda: len(arrivals) == 1, timeout=20)  # well before the 60 s safety net
+    assert failures == [root]
+
+
+def test_a_mover_that_lost_its_election_node_stops_and_contends_again(zk_client) -> None:
+    arrivals = Arrivals()
+    with delay_queue(zk_client, arrivals) as q:
+        wait_for(lambda: q.mover_active, timeout=10)
+        election = buckets.mover_path(QPATH)
+        base = now_ms() + 4000
+        for i in range(50):
+            q.put({"n": i, "due": base + i * 40}, base + i * 40)
+        assert q.flush_puts(10)
+        for node in zk_client.get_children(election):  # as if its session had ended: the fence is gone
+            zk_client.delete(f"{election}/{node}")
+        wait_for(lambda: len(arrivals) == 50, timeout=30)
+        assert sorted(item["n"] for item, _at in arrivals.got) == list(range(50))
+        assert zk_client.get_children(election)  # it contended again
+
+
+def test_parked_puts_do_not_count_towards_max_items(zk_client) -> None:
+    b = QueueBuilder.builder(zk_client, None, JsonSerializer(), QPATH).schedule_layout(FAST).max_items(5)
+    with b.build_delay_queue(park_after=0.0) as q:
+        assert all(q.put({"n": i}, now_ms() + 3_600_000, timeout=1.0) for i in range(8))
+        assert q.stats().parked == 8 and queue_items(zk_client) == []

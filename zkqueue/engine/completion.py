@@ -11,6 +11,7 @@ Work whose reply was lost to a connection loss is kept and retried (the fence ma
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from zkqueue.engine.leases import Held, Lease, LeaseKind, Leases
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.seams import ClaimedNode, Completion
 from zkqueue.errors import LockLostError, QueueStateError
-from zkqueue.formats import framing
+from zkqueue.formats import framing, naming
 from zkqueue.formats.large_ref import BlobRef
 from zkqueue.transport import protocol
 
@@ -296,8 +297,15 @@ class Completer:
         if c.action == "release" and isinstance(err, NoNodeError):
             return True  # nothing left to give back
         if c.action in ("requeue", "move") and isinstance(err, NoNodeError) and res.op == (2 if item_lease else 1):
-            # The target's parent is missing: create it and try again on the next pass of the run loop.
             prefix = c.prefix if c.prefix is not None else self._requeue_prefix(h.path)
+            if c.action == "requeue" and prefix.rsplit("/", 1)[0] != self._ctx.queue_path:
+                # A requeue into a time bucket (a parked back-off) whose bucket was moved and deleted meanwhile:
+                # its time has come, so the node goes straight into the queue under the same name (never early).
+                o.completion = dataclasses.replace(
+                    c, prefix=naming.join(self._ctx.queue_path, prefix.rsplit("/", 1)[-1]))
+                self._defer([o])
+                return False
+            # The target's parent is missing: create it and try again on the next pass of the run loop.
             log.warning("%s of %s: %s has no parent node; creating it", c.action, h.path, prefix)
             try:
                 self._ctx.client.ensure_path(prefix.rsplit("/", 1)[0] or "/", acl=self._ctx.acl)

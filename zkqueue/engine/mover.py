@@ -22,15 +22,16 @@ creates and deletes shared by the items of a bucket (and one multi per chunk of 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import WatchedEvent
 
-from zkqueue.engine.commit import CONNECTION_ERRORS, commit_groups, create_op, delete_op
+from zkqueue.engine.commit import CONNECTION_ERRORS, PrefixFailedError, check_op, commit_groups, create_op, delete_op
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.parking import Parking
 from zkqueue.formats import buckets, naming
@@ -45,6 +46,12 @@ _CHUNK_BYTES = 4 * 1024 * 1024
 #: Longest wait after errors (doubling from _ERROR_BACKOFF).
 _MAX_BACKOFF = 30.0
 _ERROR_BACKOFF = 0.5
+#: Longest sleep of an idle mover: watches wake it at once; this only bounds the damage of a watch ever missed.
+_IDLE_CHECK = 60.0
+
+
+class _FenceLost(Exception):
+    """The mover's election node is gone (its session ended): it must not move anything more."""
 
 
 class Mover:
@@ -73,6 +80,8 @@ class Mover:
         self._dirty_hours: set[int] = set()
         self._undeletable: set[int] = set()
         self._foreign_seen: set[str] = set()
+        self._stuck: dict[str, tuple[float, float]] = {}  # bucket path -> (retry at, back-off)
+        self._fence: str | None = None
         self._backoff = 0.0
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -120,10 +129,13 @@ class Mover:
     def _lead(self) -> None:
         """Move due buckets while this instance leads (until stopped or its session ends)."""
         session = self._ctx.connection.session_id()
+        lock = self._election.lock if self._election is not None else None
+        #: Every move multi starts with a check of this instance's election node: a mover whose session ended
+        #: (and who may have read items that were moved and parked again since) cannot commit anything.
+        self._fence = naming.join(lock.path, lock.node) if lock is not None and lock.node else None
         log.info("this instance is now the mover of %s", self._ctx.queue_path)
         self.active = True
-        self._root_dirty = True
-        self._minutes.clear()
+        self._forget_listings()
         try:
             while not self._stop.is_set():
                 if not self._ctx.connection.connected.is_set():
@@ -135,7 +147,11 @@ class Mover:
                 try:
                     wait = self._pass()
                     self._backoff = 0.0
+                except _FenceLost:
+                    log.info("the mover of %s lost its election node; contending again", self._ctx.queue_path)
+                    return
                 except CONNECTION_ERRORS:
+                    self._forget_listings()  # a listing may have failed after its flag was cleared: list again
                     continue  # wait for the connection, then look again (every move is safe to repeat)
                 except Exception as exc:
                     self._backoff = min(_MAX_BACKOFF, max(_ERROR_BACKOFF, self._backoff * 2))
@@ -143,12 +159,16 @@ class Mover:
                     if not self._ctx.connection.failover.error(exc, "moving parked items"):
                         log.warning("mover of %s failed: %r; again in %.1fs", self._ctx.queue_path, exc,
                                     self._backoff, exc_info=True)
-                    self._root_dirty = True
-                    self._minutes.clear()
+                    self._forget_listings()
                     wait = self._backoff
-                self._wake.wait(wait)
+                # A watch or a put's wake ends the wait early; the cap is a safety net, not a poll.
+                self._wake.wait(_IDLE_CHECK if wait is None else min(wait, _IDLE_CHECK))
         finally:
             self.active = False
+
+    def _forget_listings(self) -> None:
+        self._root_dirty = True
+        self._minutes.clear()
 
     def _on_root(self, event: WatchedEvent) -> None:  # kazoo's event thread: never block
         self._root_dirty = True
@@ -158,22 +178,26 @@ class Mover:
         start = buckets.parse_bucket(event.path.rsplit("/", 1)[-1]) if event.path else None
         if start is not None:
             self._dirty_hours.add(start)
-        else:
-            self._root_dirty = True
+            self._undeletable.discard(start)
+        if start is None or start not in self._hours:
+            self._root_dirty = True  # an hour no longer followed (skipped, or dropped): list the root again
         self._wake.set()
 
     def _pass(self) -> float | None:
-        """Move every bucket that is due; return seconds until the next one is (None: nothing is parked)."""
+        """Move every bucket that is due; return seconds until the next one is, or until a bucket that could not be
+        moved is tried again (None: nothing is parked)."""
         client = self._ctx.client
         if self._root_dirty:
-            self._root_dirty = False
             try:
                 names = client.get_children(self.root, watch=self._on_root)
             except NoNodeError:
-                client.ensure_path(self.root, acl=self._ctx.acl)
+                with contextlib.suppress(NodeExistsError):
+                    client.create(self.root, self._parking.layout.encode(), acl=self._ctx.acl, makepath=True)
                 names = client.get_children(self.root, watch=self._on_root)
+            self._root_dirty = False  # only once listed: a failed listing is tried again
             self._hours = sorted(h for h in (buckets.parse_bucket(n) for n in names) if h is not None)
             self._warn_foreign(self.root, [n for n in names if buckets.parse_bucket(n) is None])
+        waits: list[float] = []
         i = 0
         while i < len(self._hours):
             layout = self._parking.layout
@@ -197,14 +221,42 @@ class Mover:
                     self._hours.pop(i)  # it holds only foreign nodes (warned): skipped until the root changes
                 continue
             self._undeletable.discard(hour)
-            minute = minutes[0]
-            if minute * 1000 > horizon_ms:
-                return (minute * 1000 - horizon_ms) / 1000
-            if self._move_bucket(naming.join(hour_path, buckets.bucket_name(minute))):
-                minutes.pop(0)
-            else:
-                return max(_ERROR_BACKOFF, self._backoff)  # not emptied (writes failed): try again later
-        return None
+            j = 0
+            while j < len(minutes):
+                minute = minutes[j]
+                if minute * 1000 > horizon_ms:
+                    waits.append((minute * 1000 - horizon_ms) / 1000)
+                    return min(waits)  # every later bucket starts later still
+                path = naming.join(hour_path, buckets.bucket_name(minute))
+                retry_in = self._stuck_for(path)
+                if retry_in > 0:
+                    waits.append(retry_in)  # could not be moved lately: later buckets go on meanwhile
+                    j += 1
+                elif self._move_bucket(path):
+                    self._stuck.pop(path, None)
+                    minutes.pop(j)
+                else:
+                    waits.append(self._mark_stuck(path))
+                    j += 1
+            if minutes:
+                i += 1  # only buckets that could not be moved are left in this hour: go on with later hours
+        return min(waits) if waits else None
+
+    def _stuck_for(self, path: str) -> float:
+        """Seconds until the bucket at ``path``, which could not be emptied, is tried again (0: now)."""
+        entry = self._stuck.get(path)
+        return 0.0 if entry is None else max(0.0, entry[0] - time.monotonic())
+
+    def _mark_stuck(self, path: str) -> float:
+        """Remember that the bucket at ``path`` could not be emptied: it is tried again after a back-off that
+        doubles each time (the warning is logged the first time only); returns the back-off."""
+        previous = self._stuck.get(path)
+        backoff = _ERROR_BACKOFF if previous is None else min(_MAX_BACKOFF, previous[1] * 2)
+        if previous is None:
+            log.warning("bucket %s of %s could not be emptied; later buckets go on, it is tried again with a "
+                        "growing back-off (up to %.0f s)", path, self._ctx.queue_path, _MAX_BACKOFF)
+        self._stuck[path] = (time.monotonic() + backoff, backoff)
+        return backoff
 
     def _minutes_of(self, hour: int) -> list[int] | None:
         """The minute buckets of ``hour`` (cached until its watch fires); None if the hour bucket is gone."""
@@ -272,7 +324,11 @@ class Mover:
                 chunk = max(1, min(_CHUNK_ITEMS, int(_CHUNK_BYTES * len(part) / max(1, size))))
             if not groups:
                 continue
-            outcomes = commit_groups(ctx, groups, retry_connection=True)
+            try:
+                outcomes = commit_groups(ctx, groups, retry_connection=True,
+                                         prefix=[check_op(self._fence)] if self._fence else ())
+            except PrefixFailedError as exc:
+                raise _FenceLost() from exc
             self.multis += 1
             moved = 0
             for group, outcome in zip(groups, outcomes):
@@ -285,7 +341,8 @@ class Mover:
                     continue
                 if outcome.op == 1 and isinstance(outcome.error, NoNodeError):
                     ctx.client.ensure_path(group[1].path.rsplit("/", 1)[0], acl=ctx.acl)  # queue node deleted
-                log.warning("moving parked item %s into %s failed: %r", group[0].path, ctx.queue_path, outcome.error)
+                log.log(logging.DEBUG if bucket in self._stuck else logging.WARNING,
+                        "moving parked item %s into %s failed: %r", group[0].path, ctx.queue_path, outcome.error)
                 progress = False
             self.moved += moved
             ctx.counters.add("unparked", moved)
@@ -293,10 +350,12 @@ class Mover:
 
     def _quarantine_ops(self, bucket: str, name: str, path: str, data: bytes, version: int) -> list[Any]:
         """A node in a bucket that is no parked item (a foreign node): set aside in the queue's quarantine."""
-        self.foreign += 1
-        self._ctx.counters.add("foreign_skipped")
-        log.warning("node %s in the schedule of %s is no parked item; moving it to %s", path, self._ctx.queue_path,
-                    self._ctx.quarantine_path)
+        if path not in self._foreign_seen:  # counted and warned once, however often the move is tried
+            self._foreign_seen.add(path)
+            self.foreign += 1
+            self._ctx.counters.add("foreign_skipped")
+            log.warning("node %s in the schedule of %s is no parked item; moving it to %s", path,
+                        self._ctx.queue_path, self._ctx.quarantine_path)
         self._ctx.client.ensure_path(self._ctx.quarantine_path, acl=self._ctx.acl)
         target = naming.join(self._ctx.quarantine_path, f"parked-{bucket.rsplit('/', 1)[-1]}-{name}-")
         return [delete_op(path, version), create_op(target, data, sequence=True, acl=self._ctx.acl)]

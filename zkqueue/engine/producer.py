@@ -283,7 +283,9 @@ class Producer:
             if mapped is exc:
                 raise
             raise mapped from exc
-        seq = None if created is None or self._max_items is None else naming.sequence_of(created)
+        # bounded queues count their own creates in the queue node (not parked ones) until the listing shows them
+        seq = (None if created is None or self._max_items is None
+               or created.rsplit("/", 1)[0] != self._ctx.queue_path else naming.sequence_of(created))
         if seq is not None:
             with self._own_lock:
                 self._own_unlisted.append(seq)
@@ -297,10 +299,16 @@ class Producer:
         create."""
         result = self._send_nodes([req], lane, number=number).result()
         if not result.ok and req.parents and isinstance(result.failure, NoNodeError):
-            # A parent this producer knew was deleted meanwhile (the mover removes emptied time buckets): the
-            # put did not commit; create the parents again and send it once more.
+            # A parent this producer knew was deleted meanwhile (a purge; or the mover removed the emptied time
+            # bucket, which it does only once the bucket is due): the put did not commit. Create the parents
+            # again and send it once more; if that fails too, the bucket's time has come: put the node straight
+            # into the queue under the same name (its name carries its due time, so it is never early).
             self._forget_parents(req.parents)
             result = self._send_nodes([req], lane, number=number).result()
+            if not result.ok and isinstance(result.failure, NoNodeError):
+                req = PutRequest(naming.join(self._ctx.queue_path, req.prefix.rsplit("/", 1)[-1]), req.data,
+                                 req.item, req.multi)
+                result = self._send_nodes([req], lane, number=number).result()
         if not result.ok:
             raise result.failure or QueueStateError(f"put to {req.prefix} failed")
         return result.results[0]
