@@ -8,9 +8,11 @@ import asyncio
 import pytest
 
 from zkqueue.aio import AsyncJobQueue, JobDeadError, connect, disconnect
-from zkqueue.errors import ConfigurationError, JobNotFoundError, QueueClosedError
+from zkqueue.errors import ConfigurationError, JobNotFoundError, QueueClosedError, QueueStateError
 from zkqueue.jobs import JobQueue, JobState, RetryPolicy
+from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.model import Record
+from zkqueue.jobs.scope import finish_many, release_many
 
 PATH = "/jobs/aio"
 FAST = RetryPolicy(max_attempts=2, backoff=0.0, jitter=False)
@@ -175,6 +177,36 @@ def test_sync_add_checks_and_stores_the_timeout(zk_client) -> None:
         jq.add_all([("u", {})], timeout=0.5)
         assert Record.decode(zk_client.get(f"{PATH}/records/t")[0]).timeout == 2.0
         assert Record.decode(zk_client.get(f"{PATH}/records/u")[0]).timeout == 0.5
+        jq.add({}, job_id="v")
+        assert jq.get("t").timeout == 2.0 and jq.get("u").timeout == 0.5  # Job.timeout, as handlers see it
+        assert jq.get("v").timeout is None
+
+
+def test_many_held_jobs_end_in_one_call_each_through_the_public_seams(zk_client) -> None:
+    with JobQueue(zk_client, PATH, retry=FAST) as jq:
+        jq.add_all([(f"h{i}", {"i": i}) for i in range(4)])
+        held = jq.claim_many(4, timeout=5)
+        assert sorted(h.record.id for h in held) == ["h0", "h1", "h2", "h3"]
+        by_id = {h.record.id: h for h in held}
+        done = [by_id["h0"], by_id["h1"]]
+        finish_many([(h, jq.outcomes.success(Claimed(h.record, h.version), {"r": h.record.id})) for h in done])
+        with pytest.raises(QueueStateError):
+            by_id["h0"].finish(jq.outcomes.success(Claimed(by_id["h0"].record, by_id["h0"].version), None))
+        failed = by_id["h2"]
+        finish_many([(failed, jq.outcomes.failure(Claimed(failed.record, failed.version), ValueError("no"))),
+                     (by_id["h0"], jq.outcomes.success(Claimed(by_id["h0"].record, by_id["h0"].version), 0))])
+        release_many([by_id["h3"], by_id["h1"]])  # h1 is already finished: skipped
+        assert jq.get("h0").result == {"r": "h0"} and jq.get("h1").state is JobState.COMPLETED
+        assert jq.get("h2").state is JobState.RETRYING and jq.get("h2").last_error == "ValueError: no"
+        again: list = []
+        while len(again) < 2:  # h3 given back untouched, h2 retried (no backoff): each claimed again
+            got = jq.claim_many(4, timeout=5)
+            assert got, "h2 and h3 were not claimable again"
+            again += got
+        assert sorted((h.record.id, h.record.attempts) for h in again) == [("h2", 2), ("h3", 2)]
+        release_many(again)
+        counts = jq.counts()
+        assert counts["completed"] == 2 and counts["queued"] + counts["retrying"] == 2 and counts["active"] == 0
 
 
 def test_records_without_a_timeout_read_as_before() -> None:

@@ -101,6 +101,23 @@ async def test_the_worker_default_timeout_applies_to_jobs_without_one(zk_client)
 
 
 @pytest.mark.asyncio
+async def test_handlers_read_the_per_job_timeout(zk_client) -> None:
+    async with AsyncJobQueue(zk_client, PATH) as jq:
+        await jq.add({}, job_id="timed", timeout=7.5)
+        await jq.add({}, job_id="untimed")
+        seen: dict[str, float | None] = {}
+
+        async def handler(job):
+            seen[job.id] = job.timeout
+            return job.timeout
+
+        async with jq.work(handler, concurrency=2, timeout=60.0):
+            await wait_until(lambda: all_finished(jq, 2), 10, "both jobs")
+        assert seen == {"timed": 7.5, "untimed": None}  # the job's own, not the worker's default
+        assert (await jq.get("timed")).result == 7.5
+
+
+@pytest.mark.asyncio
 async def test_cancelling_the_worker_task_mid_batch_loses_nothing(zk_client) -> None:
     async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
         await jq.add_all([(f"c-{i}", i) for i in range(80)])

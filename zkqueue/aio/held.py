@@ -1,43 +1,117 @@
-"""Ending many held jobs in one engine call: the async worker and scope finish the jobs of a batch together, so
-their fenced completions share multis (``complete_nodes`` packs them) instead of one round trip per job.
+"""Holding jobs from the event loop: claiming them and ending them in batches, for the async worker
+(:mod:`zkqueue.aio.worker`) and the async take scope (:mod:`zkqueue.aio.jobs`).
 
-:class:`~zkqueue.jobs.scope.HeldJob` ends one job per call (``finish`` / ``release``). The batch forms below set the
-same fields ``finish``/``release`` set and call the same engine seam (``complete_nodes`` / ``release_nodes``) once
-for the batch. They read HeldJob's private fields: a public ``HeldJob.finish_many`` in :mod:`zkqueue.jobs.scope`
-would replace them (a seam asked for in issue 21's report). These functions block: they run in the queue's
-:class:`~zkqueue.aio.bridge.Offloader`.
+Both only need what :class:`JobSource` names (the wrapped sync queue, the thread pool, the path), so neither
+imports the other. Claims and ends are the job layer's own seams (``JobQueue.claim_many``,
+:func:`~zkqueue.jobs.scope.finish_many`, :func:`~zkqueue.jobs.scope.release_many`): they block, so they run in the
+queue's :class:`~zkqueue.aio.bridge.Offloader`, and the ends of many jobs go in one engine call, so their fenced
+completions share multis instead of one round trip per job.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Sequence
+from typing import Protocol
 
+from zkqueue.aio.bridge import Offloader
 from zkqueue.engine.seams import Completion
-from zkqueue.jobs.scope import HeldJob
+from zkqueue.jobs.queue import JobQueue
+from zkqueue.jobs.scope import HeldJob, finish_many, release_many
 
 log = logging.getLogger("zkqueue.aio.held")
 
 
-def finish_many(pairs: Sequence[tuple[HeldJob, Completion]]) -> None:
-    """End each held job by its completion, in as few fenced multis as possible (never raises for a job: the
-    engine logs, retries or releases what fails)."""
-    todo = [(h, c) for h, c in pairs if not h._done]
-    if not todo:
-        return
-    outcomes = []
-    for held, completion in todo:
-        held._done = True
-        held._outcome.completion = completion
-        outcomes.append(held._outcome)
-    todo[0][0]._complete(outcomes)
+class JobSource(Protocol):
+    """What claiming and ending jobs from the loop needs of an async job queue
+    (:class:`~zkqueue.aio.AsyncJobQueue` is one)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def sync(self) -> JobQueue: ...
+
+    @property
+    def offloader(self) -> Offloader: ...
 
 
-def release_many(helds: Sequence[HeldJob]) -> None:
-    """Give held jobs back untouched (their counted attempts stay counted); they can be claimed again at once."""
-    todo = [h for h in helds if not h._done]
-    if not todo:
-        return
-    for held in todo:
-        held._done = True
-    todo[0]._release([h._outcome for h in todo])
+async def claim_held(source: JobSource, max_jobs: int, wait: float | None) -> list[HeldJob]:
+    """``claim_many`` in the offloader; if the awaiting task is cancelled, what the claim still returns is given
+    back (released) instead of being lost under a lease nobody ends."""
+    fut = source.offloader.submit(source.sync.claim_many, max_jobs, wait)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        def give_back(f: asyncio.Future[list[HeldJob]]) -> None:
+            if not f.cancelled() and f.exception() is None and f.result():
+                source.offloader.submit_detached(release_many, f.result())
+
+        fut.add_done_callback(give_back)
+        raise
+
+
+async def end_held(source: JobSource, ends: list[tuple[HeldJob, Completion]], give_back: list[HeldJob]) -> None:
+    """Commit ``ends`` and release ``give_back``, each in one engine call, in the offloader."""
+    if ends:
+        await source.offloader.run(finish_many, ends)
+    if give_back:
+        await source.offloader.run(release_many, give_back)
+
+
+class Finisher:
+    """Commits the ends of held jobs in batches: everything decided while the previous batch was committing goes
+    in the next engine call. One per worker; :meth:`flush` waits until all is committed."""
+
+    def __init__(self, source: JobSource) -> None:
+        self._source = source
+        self._ends: list[tuple[HeldJob, Completion]] = []
+        self._releases: list[HeldJob] = []
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def finish(self, held: HeldJob, completion: Completion) -> None:
+        self._ends.append((held, completion))
+        self._kick()
+
+    def release(self, held: HeldJob) -> None:
+        self._releases.append(held)
+        self._kick()
+
+    def _kick(self) -> None:
+        self._drained.clear()
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._pump(), name="zkqueue-aio-finisher")
+
+    async def _pump(self) -> None:
+        off = self._source.offloader
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._ends or self._releases:
+                ends, self._ends = self._ends, []
+                releases, self._releases = self._releases, []
+                try:
+                    if ends:  # shielded: a commit under way is never abandoned half-way by a cancellation
+                        await asyncio.shield(off.submit(finish_many, ends))
+                    if releases:
+                        await asyncio.shield(off.submit(release_many, releases))
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # e.g. the job queue was closed: the leases expire with the engine
+                    log.warning("ending %d job(s) of %s failed", len(ends) + len(releases), self._source.path,
+                                exc_info=True)
+            self._drained.set()
+
+    async def flush(self) -> None:
+        """Wait until every end given so far is committed (or failed and logged)."""
+        await self._drained.wait()
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

@@ -26,8 +26,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from zkqueue.aio.bridge import Offloader, from_kazoo, to_loop
-from zkqueue.aio.held import finish_many, release_many
-from zkqueue.aio.worker import AsyncHandler, AsyncWorker, claim_held
+from zkqueue.aio.held import claim_held, end_held
+from zkqueue.aio.worker import AsyncHandler, AsyncWorker
 from zkqueue.engine.seams import Completion
 from zkqueue.errors import ConfigurationError, JobNotFoundError, QueueClosedError, ZkQueueError
 from zkqueue.formats import naming
@@ -35,7 +35,7 @@ from zkqueue.jobs import names, store
 from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.model import Job, JobState, Record, check_timeout
 from zkqueue.jobs.queue import JobQueue
-from zkqueue.jobs.scope import ClaimedJob, HeldJob
+from zkqueue.jobs.scope import ClaimedJob, HeldJob, scope_completion
 from zkqueue.transport.reads import multi_read_async
 
 log = logging.getLogger("zkqueue.aio.jobs")
@@ -176,41 +176,25 @@ class AsyncTakeScope:
             raise ConfigurationError("a take scope can be entered once")
         self._entered = True
         self._jq._check_open()
-        outcomes = self._jq.sync._outcomes
+        outcomes = self._jq.sync.outcomes
         for held in await claim_held(self._jq, self._max_jobs, self._timeout):
-            job = outcomes.job(held.record)
-            self._held.append((held, ClaimedJob(**{k: getattr(job, k) for k in job.__dataclass_fields__})))
+            self._held.append((held, ClaimedJob.of(outcomes.job(held.record))))
         return [job for _h, job in self._held]
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         held, self._held = self._held, []
         if not held:
             return
-        outcomes = self._jq.sync._outcomes
+        outcomes = self._jq.sync.outcomes
         ends: list[tuple[HeldJob, Completion]] = []
         give_back: list[HeldJob] = []
         for h, job in held:
-            claimed = Claimed(h.record, h.version)
-            if job._error is not None:
-                ends.append((h, outcomes.failure(claimed, job._error)))
-            elif job.decided:
-                ends.append((h, outcomes.success(claimed, job._decision)))
-            elif exc is not None and not isinstance(exc, Exception):
+            if not job.decided and exc is not None and not isinstance(exc, Exception):
                 give_back.append(h)  # cancelled (or interrupted): not this job's failure
-            elif exc is not None:
-                ends.append((h, outcomes.failure(claimed, exc)))
             else:
-                ends.append((h, outcomes.success(claimed, None)))
-        off = self._jq.offloader
-        work = asyncio.ensure_future(self._end(off, ends, give_back))
+                ends.append((h, scope_completion(job, Claimed(h.record, h.version), outcomes, exc)))
+        work = asyncio.ensure_future(end_held(self._jq, ends, give_back))
         await asyncio.shield(work)  # a cancelled exit still ends every job (in the background)
-
-    @staticmethod
-    async def _end(off: Offloader, ends: list[tuple[HeldJob, Completion]], give_back: list[HeldJob]) -> None:
-        if ends:
-            await off.run(finish_many, ends)
-        if give_back:
-            await off.run(release_many, give_back)
 
 
 class AsyncJobQueue:
@@ -328,7 +312,7 @@ class AsyncJobQueue:
         that blocks the loop longer than ``slow_after`` seconds is reported once per job. See
         :mod:`zkqueue.aio.worker`. Call it from a coroutine (it starts a task on the running loop)."""
         self._check_open()
-        worker = AsyncWorker(self, handler, concurrency, timeout, slow_after)
+        worker = AsyncWorker(self, handler, concurrency, timeout, slow_after, on_stopped=self._forget_worker)
         self._workers.append(worker)
         return worker
 
@@ -339,7 +323,7 @@ class AsyncJobQueue:
         paths = [p.record(job_id), p.finished(job_id, JobState.COMPLETED), p.finished(job_id, JobState.DEAD)]
         for res in await from_kazoo(multi_read_async(self.client, paths)):
             if not isinstance(res, BaseException):
-                return self.sync._outcomes.job(Record.decode(res[0]))
+                return self.sync.outcomes.job(Record.decode(res[0]))
         return None
 
     async def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
@@ -369,7 +353,7 @@ class AsyncJobQueue:
                         data, _stat = await from_kazoo(self.client.get_async(path))
                     except NoNodeError:  # reaped or re-added meanwhile
                         break
-                    job = self.sync._outcomes.job(Record.decode(data))
+                    job = self.sync.outcomes.job(Record.decode(data))
                     if job.state is JobState.DEAD:
                         raise JobDeadError(job)
                     return job.result

@@ -24,18 +24,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
-from zkqueue.aio.held import finish_many, release_many
+from zkqueue.aio.held import Finisher, JobSource, claim_held
 from zkqueue.aio.watchdog import SlowSteps
-from zkqueue.engine.seams import Completion
 from zkqueue.errors import ConfigurationError, QueueClosedError, ZkQueueError
 from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.model import Job, check_timeout
 from zkqueue.jobs.scope import HeldJob
-
-if TYPE_CHECKING:
-    from zkqueue.aio.jobs import AsyncJobQueue
 
 log = logging.getLogger("zkqueue.aio.worker")
 
@@ -51,84 +47,14 @@ class JobTimeoutError(ZkQueueError, TimeoutError):
     """A job's handler ran past its ``timeout`` and was cancelled: the attempt failed (what the record keeps)."""
 
 
-async def claim_held(jq: AsyncJobQueue, max_jobs: int, wait: float | None) -> list[HeldJob]:
-    """``claim_many`` in the offloader; if the awaiting task is cancelled, what the claim still returns is given
-    back (released) instead of being lost under a lease nobody ends."""
-    fut = jq.offloader.submit(jq.sync.claim_many, max_jobs, wait)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        def give_back(f: asyncio.Future[list[HeldJob]]) -> None:
-            if not f.cancelled() and f.exception() is None and f.result():
-                jq.offloader.submit_detached(release_many, f.result())
-
-        fut.add_done_callback(give_back)
-        raise
-
-
-class Finisher:
-    """Commits the ends of held jobs in batches: everything decided while the previous batch was committing goes
-    in the next engine call. One per worker or scope; :meth:`flush` waits until all is committed."""
-
-    def __init__(self, jq: AsyncJobQueue) -> None:
-        self._jq = jq
-        self._ends: list[tuple[HeldJob, Completion]] = []
-        self._releases: list[HeldJob] = []
-        self._wake = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
-        self._task: asyncio.Task[None] | None = None
-
-    def finish(self, held: HeldJob, completion: Completion) -> None:
-        self._ends.append((held, completion))
-        self._kick()
-
-    def release(self, held: HeldJob) -> None:
-        self._releases.append(held)
-        self._kick()
-
-    def _kick(self) -> None:
-        self._drained.clear()
-        self._wake.set()
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._pump(), name="zkqueue-aio-finisher")
-
-    async def _pump(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._ends or self._releases:
-                ends, self._ends = self._ends, []
-                releases, self._releases = self._releases, []
-                try:
-                    if ends:  # shielded: a commit under way is never abandoned half-way by a cancellation
-                        await asyncio.shield(self._jq.offloader.submit(finish_many, ends))
-                    if releases:
-                        await asyncio.shield(self._jq.offloader.submit(release_many, releases))
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # e.g. the job queue was closed: the leases expire with the engine
-                    log.warning("ending %d job(s) of %s failed", len(ends) + len(releases), self._jq.path,
-                                exc_info=True)
-            self._drained.set()
-
-    async def flush(self) -> None:
-        """Wait until every end given so far is committed (or failed and logged)."""
-        await self._drained.wait()
-
-    async def close(self) -> None:
-        await self.flush()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-
 class AsyncWorker:
     """Coroutine handlers of one job queue on the running loop (see the module docs). Made by
-    :meth:`AsyncJobQueue.work`; ``await worker.stop()`` drains it."""
+    :meth:`AsyncJobQueue.work <zkqueue.aio.AsyncJobQueue.work>`; ``await worker.stop()`` drains it. ``jq`` is the
+    queue it claims from; ``on_stopped`` is called with the worker once :meth:`stop` has drained it (the queue
+    forgets it)."""
 
-    def __init__(self, jq: AsyncJobQueue, handler: AsyncHandler, concurrency: int, timeout: float | None,
-                 slow_after: float | None) -> None:
+    def __init__(self, jq: JobSource, handler: AsyncHandler, concurrency: int, timeout: float | None,
+                 slow_after: float | None, on_stopped: Callable[[AsyncWorker], None] | None = None) -> None:
         if not callable(handler):
             raise ConfigurationError(f"handler must be an async callable, got {handler!r}")
         if not (inspect.iscoroutinefunction(handler)
@@ -140,8 +66,9 @@ class AsyncWorker:
         if slow_after is not None and not slow_after > 0:
             raise ConfigurationError(f"slow_after must be seconds > 0 or None, got {slow_after!r}")
         self._jq = jq
+        self._on_stopped = on_stopped
         self._handler = handler
-        self._outcomes = jq.sync._outcomes  # the job layer's own ends: same records, tallies and logs
+        self._outcomes = jq.sync.outcomes  # the job layer's own ends: same records, tallies and logs
         self.concurrency = concurrency
         self._timeout = check_timeout(timeout)
         self._slow = SlowSteps(slow_after, jq.path)
@@ -250,7 +177,8 @@ class AsyncWorker:
         """Stop claiming, let the running handlers finish, commit their ends. Idempotent; returns when done."""
         self._stopping.set()
         await asyncio.gather(self.task, return_exceptions=True)
-        self._jq._forget_worker(self)
+        if self._on_stopped is not None:
+            self._on_stopped(self)
 
     def __await__(self) -> Any:
         return self.task.__await__()

@@ -136,6 +136,9 @@ class Job:
     priority: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: Seconds one attempt may run (``add(..., timeout=)``), None if the job was added without one: the asyncio
+    #: workers cancel a handler past it (or past their own ``timeout=`` when this is None).
+    timeout: float | None = None
 
     @property
     def last_error(self) -> str | None:

@@ -89,4 +89,5 @@ class JobOutcomes:
             priority=record.priority,
             created_at=record.created_ms / 1000.0,
             updated_at=record.updated_ms / 1000.0,
+            timeout=record.timeout,
         )

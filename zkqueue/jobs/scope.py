@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from zkqueue.engine.commit import delete_op
 from zkqueue.engine.completion import Outcome
@@ -47,6 +47,25 @@ class ClaimedJob(Job):
     def decided(self) -> bool:
         return self._decision is not _UNDECIDED or self._error is not None
 
+    @classmethod
+    def of(cls, job: Job) -> ClaimedJob:
+        """``job`` as a job held by a scope (undecided)."""
+        return cls(**{k: getattr(job, k) for k in Job.__dataclass_fields__})
+
+
+def scope_completion(job: ClaimedJob, claimed: Claimed, outcomes: JobOutcomes,
+                     scope_error: BaseException | None) -> Completion:
+    """How a take scope ends ``job`` (a seam for the scopes of :mod:`zkqueue.aio` as well): by its own decision
+    (:meth:`ClaimedJob.complete` / :meth:`ClaimedJob.fail`) if it has one, else failed by the error the scope
+    exited with, else completed with result None."""
+    if job._error is not None:
+        return outcomes.failure(claimed, job._error)
+    if job._decision is not _UNDECIDED:
+        return outcomes.success(claimed, job._decision)
+    if scope_error is not None:
+        return outcomes.failure(claimed, scope_error)
+    return outcomes.success(claimed, None)
+
 
 class TakeScope:
     """The context manager :meth:`JobQueue.take` returns."""
@@ -71,22 +90,14 @@ class TakeScope:
                 log.error("claimed node %s has no claimed record; giving it back", o.name)
                 self._engine.release_nodes([o])
                 continue
-            job = self._outcomes.job(claimed.record)
-            self._held.append((o, claimed, ClaimedJob(**{k: getattr(job, k) for k in job.__dataclass_fields__})))
+            self._held.append((o, claimed, ClaimedJob.of(self._outcomes.job(claimed.record))))
         return [job for _o, _c, job in self._held]
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if not self._held:
             return
         for o, claimed, job in self._held:
-            if job._error is not None:
-                o.completion = self._outcomes.failure(claimed, job._error)
-            elif job._decision is not _UNDECIDED:
-                o.completion = self._outcomes.success(claimed, job._decision)
-            elif exc is not None:
-                o.completion = self._outcomes.failure(claimed, exc)
-            else:
-                o.completion = self._outcomes.success(claimed, None)
+            o.completion = scope_completion(job, claimed, self._outcomes, exc)
         outcomes = [o for o, _c, _j in self._held]
         self._held = []
         self._engine.complete_nodes(outcomes)
@@ -100,7 +111,8 @@ class HeldJob:
     (ACTIVE, the attempt counted) and ``version`` that record node's version: every later claim of the job changes
     it. End it exactly once: with :meth:`finish` (a :class:`~zkqueue.engine.seams.Completion`, committed by the
     engine, fenced by the lease), with :meth:`release`, or by committing the multi :meth:`ack_ops` builds yourself
-    (e.g. to retry it after a version race on your own nodes) and then calling :meth:`forget`.
+    (e.g. to retry it after a version race on your own nodes) and then calling :meth:`forget`. Many at once:
+    :func:`finish_many` and :func:`release_many` (one engine call for all of them).
     """
 
     node_path: str
@@ -146,6 +158,36 @@ class HeldJob:
             return
         self._done = True
         self._release([self._outcome])
+
+
+def finish_many(pairs: Sequence[tuple[HeldJob, Completion]]) -> None:
+    """End many held jobs, each by its completion, as :meth:`HeldJob.finish` ends one, in one engine call per
+    engine queue (``complete_nodes`` packs their fenced completions into as few multis as it can) instead of one
+    call per job. Jobs already ended are skipped. Blocks like :meth:`HeldJob.finish`; failures of single jobs are
+    the engine's to log, retry or release, as there."""
+    by_engine: dict[Callable[[list[Outcome]], None], list[Outcome]] = {}
+    for held, completion in pairs:
+        if held._done:
+            continue
+        held._done = True
+        held._outcome.completion = completion
+        by_engine.setdefault(held._complete, []).append(held._outcome)
+    for complete, outcomes in by_engine.items():
+        complete(outcomes)
+
+
+def release_many(helds: Sequence[HeldJob]) -> None:
+    """Give many held jobs back untouched, as :meth:`HeldJob.release` gives one, in one engine call per engine
+    queue; their counted attempts stay counted and they can be claimed again at once. Jobs already ended are
+    skipped."""
+    by_engine: dict[Callable[[list[Outcome]], None], list[Outcome]] = {}
+    for held in helds:
+        if held._done:
+            continue
+        held._done = True
+        by_engine.setdefault(held._release, []).append(held._outcome)
+    for release, outcomes in by_engine.items():
+        release(outcomes)
 
 
 def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float | None,
