@@ -252,3 +252,54 @@ def test_an_outage_holds_admissions_which_a_close_ends(zk_private_server) -> Non
     finally:
         client.stop()
         client.close()
+
+
+def test_a_worker_waiting_for_budget_still_acks_what_it_ran(zk_private_server) -> None:
+    """Under RateLimit(1, per=30) a worker runs j0, then waits about 30 s for the budget of j1. j0's ack was sent
+    to a frozen server and its reply lost (the server killed and started again): the worker retries that ack
+    while it waits, so j0's record moves to completed/ within seconds of the server's return, not after the wait;
+    and a stop still ends the wait at once."""
+    from kazoo.exceptions import KazooException  # noqa: PLC0415
+    from kazoo.protocol.states import KazooState  # noqa: PLC0415
+
+    from zkqueue.jobs import JobState  # noqa: PLC0415
+
+    client = make_client(zk_private_server.connect_string, timeout=10.0)
+    suspended = threading.Event()
+    client.add_listener(lambda state: suspended.set() if state == KazooState.SUSPENDED else None)
+    release = threading.Event()
+    ran: list[str] = []
+
+    def handler(job):
+        ran.append(job.id)
+        if job.id == "j0":
+            release.wait(60)
+
+    def completed() -> bool:
+        try:
+            job = jq.get("j0")
+        except KazooException:
+            return False
+        return job is not None and job.state is JobState.COMPLETED
+
+    try:
+        with JobQueue(client, PATH, rate_limit=RateLimit(1, per=30.0)) as jq:
+            assert jq.add_all([("j0", 0), ("j1", 1)]) == []
+            worker = jq.work(handler)
+            wait_for(lambda: ran == ["j0"], timeout=15)
+            zk_private_server.pause(0)
+            release.set()  # j0's ack goes to a server that answers nothing
+            assert suspended.wait(30)  # the client gave up on it: the ack's reply is a connection loss
+            zk_private_server.kill(0)  # what the frozen server received is gone with it
+            zk_private_server.start(0)
+            back = time.monotonic()
+            wait_for(completed, timeout=10, interval=0.1, message="j0's ack waited for the rate limit's budget")
+            print(f"j0 completed {time.monotonic() - back:.1f} s after the server came back")
+            assert ran == ["j0"]  # j1 still waits for its budget
+            began = time.monotonic()
+            worker.stop()
+            assert time.monotonic() - began < 5.0
+            assert jq.get("j1").state is JobState.QUEUED
+    finally:
+        client.stop()
+        client.close()

@@ -44,6 +44,8 @@ BLOCK_LEASE_MAX_PACE = 0.02
 _SPLIT_CLAIMS_FOR = 5.0
 #: How often the keeper looks for block leases held too long.
 _KEEPER_INTERVAL = 0.25
+#: The longest a claim waits in the claim hook's admit (a rate limit) before it retries deferred completions.
+ADMIT_SLICE = 1.0
 
 
 class LeaseTaker:
@@ -169,7 +171,7 @@ class LeaseTaker:
         admit = getattr(hook, "admit", None) if names else None
         if admit is None:
             return (*self._claim_step(names), len(names))
-        tried = max(0, min(len(names), admit(len(names), self._ctx.closing, timeout)))
+        tried = max(0, min(len(names), self._admit(admit, len(names), timeout)))
         if not tried:
             return [], False, [], 0
         outcomes: list[Outcome] = []
@@ -183,6 +185,27 @@ class LeaseTaker:
             except Exception:
                 log.exception("claim hook unused() of %s raised", self._ctx.queue_path)
         return handled, locked, outcomes, tried
+
+    def _admit(self, admit: Callable[..., int], count: int, timeout: float | None) -> int:
+        """The claim hook's admission of ``count`` names, waiting up to ``timeout`` seconds (None: until closing).
+        Asked first without waiting (so a hook that admits at once keeps a step's acks overlapping the next claim);
+        then, since a wait (a rate limit's budget) may be long, the acks sent so far are collected and the wait goes
+        in slices of at most :data:`ADMIT_SLICE` seconds, with the deferred completions retried between them: a
+        consumer waiting for budget still acks what it ran."""
+        closing = self._ctx.closing
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        tried = admit(count, closing, 0.0)
+        while not tried and not closing.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            try:
+                self.completer.retry_deferred()  # collects the acks in flight first
+            except Exception as exc:  # the wait goes on; the run loop retries them too
+                if not self._ctx.connection.failover.error(exc, "completing while waiting for admission"):
+                    log.warning("completing on %s while waiting for admission failed: %r", self._ctx.queue_path, exc)
+            tried = admit(count, closing, ADMIT_SLICE if left is None else min(ADMIT_SLICE, left))
+        return tried
 
     def _claim_step(self, names: list[str]) -> tuple[list[str], bool, list[Outcome]]:
         """Claim and read ``names`` and run the claim hook (see :meth:`claim`)."""

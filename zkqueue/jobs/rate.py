@@ -22,7 +22,8 @@ later one saw the earlier one in the log. The price: with jobs always waiting, a
 bucket)`` of ``max_jobs`` (95% with the defaults) start per ``per`` seconds.
 
 **At the limit** a worker sleeps until the oldest grant leaves the log (an Event wait that a close ends at once);
-it never polls. ZooKeeper errors while taking a slice are retried with a growing pause (tenacity), logged, and
+it never polls ZooKeeper: that time is remembered, so a caller waiting in slices (the consumer loop waits at most
+about a second at a time, acking what it ran in between) reads the rate node again only once it has passed. ZooKeeper errors while taking a slice are retried with a growing pause (tenacity), logged, and
 end only when the queue closes (or a pull's timeout passes).
 
 The clocks of the workers' machines must agree (NTP): the log is in wall-clock time, and a clock ``d`` seconds
@@ -117,6 +118,9 @@ class RateLimiter:
         self._taking = threading.Lock()  # one slice request at a time from this process
         self._pool: list[list[int]] = []  # [expiry ms, tokens], earliest expiry first
         self._local = threading.local()  # the expiry of the tokens this thread was admitted last
+        # When the rate node last said budget frees (wall-clock ms): no budget can free before then (grants only
+        # leave the log with time), so waits until then need no read (a consumer waits in slices; see admit).
+        self._free_at_ms = 0
         self._counts = {"rate_slices": 0, "rate_waits": 0, "rate_waited_ms": 0, "rate_races": 0,
                         "rate_errors": 0}
 
@@ -132,6 +136,11 @@ class RateLimiter:
             got = self._from_pool(count)
             if got:
                 return got
+            free_at = self._free_at_ms
+            if free_at > _now_ms():  # known to be at the limit until then: wait without asking ZooKeeper
+                if not self._wait(free_at, closing, deadline):
+                    return 0
+                continue
             # One slice request at a time from this process; a thread waiting for its turn still sees its close.
             while not self._taking.acquire(timeout=_ANSWER_POLL):
                 if closing.is_set():
@@ -150,6 +159,7 @@ class RateLimiter:
             if granted.jobs:
                 self._local.expiry_ms = granted.at_ms + self._lifetime_ms  # from the time in the log, not the reply
                 return granted.jobs
+            self._free_at_ms = max(self._free_at_ms, granted.free_at_ms)
             if not self._wait(granted.free_at_ms, closing, deadline):
                 return 0
         return 0
@@ -166,7 +176,7 @@ class RateLimiter:
 
     def stats(self) -> dict[str, int]:
         """``rate_slices`` (slices taken: writes to the rate node), ``rate_waits`` and ``rate_waited_ms`` (waits at
-        the limit and their total length), ``rate_races`` (version races lost at the rate node) and
+        the limit, each of at most about a second on a consumer's loop, and their total length), ``rate_races`` (version races lost at the rate node) and
         ``rate_errors`` (ZooKeeper errors while taking a slice)."""
         with self._lock:
             return dict(self._counts)
