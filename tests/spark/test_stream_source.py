@@ -117,7 +117,10 @@ def test_priority_order_holds_across_batches(spark, zk_hosts, zk_client, tmp_pat
 
 def test_delay_queue_streams_only_due_items(spark, zk_hosts, zk_client, tmp_path) -> None:
     now = int(time.time() * 1000)
-    with QueueBuilder.builder(zk_client, None, BytesSerializer(), "/stream/delay").build_delay_queue() as q:
+    # park_after=None: the later items stay in the queue node, where the source must leave them (parked ones would
+    # not even be listed)
+    with QueueBuilder.builder(zk_client, None, BytesSerializer(), "/stream/delay").build_delay_queue(
+            park_after=None) as q:
         for i in range(5):
             q.put(f"due-{i}".encode(), now - 1000 * (i + 1))
             q.put(f"later-{i}".encode(), now + 3_600_000)

@@ -95,6 +95,13 @@ class JobQueue:
         """The client this job queue works through."""
         return self._client
 
+    @property
+    def outcomes(self) -> JobOutcomes:
+        """How this queue turns records into :class:`~zkqueue.jobs.Job` objects (``outcomes.job(record)``) and a
+        claimed job's result or error into the completion that records it (``success`` / ``failure``, counted in
+        :meth:`stats`): a read-only seam for the layers above that hold jobs themselves (:mod:`zkqueue.aio`)."""
+        return self._outcomes
+
     def _engine_queue(self, consumer: Any, executor: Executor | None) -> DistributedQueue[Any]:
         options: dict[str, Any] = {}
         if self._batch_size is not None:
