@@ -189,6 +189,44 @@ def jobs_table(report: dict[str, Any]) -> Table | None:
     return t
 
 
+AIO_ROWS = (("add", "async adds/s from one event loop ({adds:,} adds, {in_flight} in flight)"),
+            ("e2e", "I/O-bound jobs/s end to end ({jobs:,} jobs of sleep({sleep_s:g}), concurrency {concurrency}, "
+                    "worker process)"))
+
+
+def _rate_cell(runs: list[dict[str, Any]], na: str | None) -> str:
+    """Median and half-range spread of ``rate``; "n/a", "error" or "(partial)" as the runs say."""
+    if na:
+        return "n/a"
+    rates = [r["rate"] for r in runs if not r.get("error")]
+    if not rates:
+        return "error" if runs else "-"
+    med = sorted(rates)[len(rates) // 2]
+    text = _fmt_rate(med) + (f" ±{(max(rates) - min(rates)) / 2 / med * 100:.0f}%" if len(rates) > 1 and med else "")
+    return text + ("" if all(r.get("complete") for r in runs) else " (partial)")
+
+
+def aio_table(report: dict[str, Any]) -> Table | None:
+    """The aio rows (issue 21): zkqueue.aio against arq and SAQ, and zkqueue / max(arq, SAQ)."""
+    sec = report.get("aio") or {}
+    if sec.get("status") != "ok":
+        return None
+    st = sec["settings"]
+    versions = sec.get("versions", {})
+    t = Table(title=f"aio: zkqueue.aio against arq {versions.get('arq', '?')} and SAQ {versions.get('saq', '?')} on a "
+                    f"local redis-server (median of {st['repeats']})")
+    for col in ("row", "zkqueue", "arq", "SAQ", "zkqueue / max(arq, SAQ)", "target", "pass"):
+        t.add_column(col, justify="left" if col == "row" else "right")
+    for key, label in AIO_ROWS:
+        runs = sec["runs"].get(key, {})
+        cells = [_rate_cell(runs.get(n, []), sec.get("na", {}).get(n)) for n in ("zkqueue", "arq", "saq")]
+        ratio = sec.get("ratios", {}).get(key)
+        verdict = {True: "[green]pass[/]", False: "[red]MISS[/]", None: "-"}[sec.get("pass", {}).get(key)]
+        t.add_row(label.format(**st), *cells, "-" if ratio is None else f"{ratio:.2f}x", sec.get("target", ""),
+                  verdict)
+    return t
+
+
 def progress_table(report: dict[str, Any]) -> Table | None:
     """The ordered consumer row: jobs/s through a ProgressConsumer with trivial workers, progress writes per job."""
     row = report.get("progress") or {}
@@ -364,6 +402,11 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
     jobs = jobs_table(report)
     if jobs is not None:
         console.print(jobs)
+    aio = aio_table(report)
+    if aio is not None:
+        console.print(aio)
+    elif (report.get("aio") or {}).get("reason") not in (None, "not run"):
+        console.print(f"aio rows: n/a ({report['aio']['reason']})")
     flows = report.get("flows") or {}
     if flows.get("status") == "ok":
         runs = flows.get("runs", [])

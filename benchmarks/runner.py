@@ -3,7 +3,7 @@
     python -m benchmarks [--quick | --deep] [--repeats N] [--count N] [--size S] [--connect HOSTS]
                          [--only put_bg,consume_plain] [--impls zkqueue,curator,kazoo] [--no-spark]
                          [--large-count N] [--large-mib M] [--no-large]
-                         [--no-progress] [--progress-count N]
+                         [--no-progress] [--progress-count N] [--no-aio] [--aio-adds N] [--aio-jobs N]
                          [--no-scheduled] [--scheduled-depth N] [--scheduled-seconds S] [--scheduled-flat-depth N]
 
 Starts an embedded 3-node ZooKeeper ensemble (unless ``--connect``), then for each repeat runs every workload on
@@ -66,6 +66,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs-count", type=int, help="jobs per run of the jobs workload (default 2000; quick 200)")
     p.add_argument("--no-flows", action="store_true", help="skip the flows row (flow jobs/s, 3-step linear flow)")
     p.add_argument("--flows-count", type=int, help="flow jobs per run of the flows row (default 500; quick 100)")
+    p.add_argument("--no-aio", action="store_true",
+                   help="skip the aio rows (zkqueue.aio against arq and SAQ: async adds/s, I/O-bound jobs/s)")
+    p.add_argument("--aio-adds", type=int, help="adds per run of the aio add row (default 10000; quick 1000)")
+    p.add_argument("--aio-jobs", type=int, help="jobs per run of the aio end-to-end row (default 5000; quick 500)")
     p.add_argument("--no-progress", action="store_true", help="skip the ordered consumer row (zkqueue.progress)")
     p.add_argument("--progress-count", type=int, help="jobs per run of the progress row (default 5000; quick 500)")
     p.add_argument("--no-scheduled", action="store_true",
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:16} {w.label}  [{', '.join(w.impls)}]  target {w.target.text}")
         return 0
     if args.only:
-        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows", "scheduled"}
+        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows", "scheduled", "aio"}
         unknown = wanted - {w.name for w in plan}
         if unknown:
             raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))} (see --list)")
@@ -174,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs_on = not args.no_jobs and (not args.only or "jobs" in {x.strip() for x in args.only.split(",")})
     progress_on = not args.no_progress and (not args.only or "progress" in {x.strip() for x in args.only.split(",")})
     progress_row: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    aio: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    aio_on = not args.no_aio and (not args.only or "aio" in {x.strip() for x in args.only.split(",")})
     flows: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     flows_on = not args.no_flows and (not args.only or "flows" in {x.strip() for x in args.only.split(",")})
     scheduled: dict[str, Any] = {"status": "n/a", "reason": "not run"}
@@ -204,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console, transient=False) as progress:
                 task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0) + (1 if jobs_on else 0)
-                                         + (1 if flows_on else 0) + (1 if scheduled_on else 0))
+                                         + (1 if flows_on else 0) + (1 if scheduled_on else 0) + (1 if aio_on else 0))
                 if not args.no_warmup:
                     progress.update(task, description="warming up the servers and the JVM")
                     _warm_up(client, root, impls, s)
@@ -238,6 +244,21 @@ def main(argv: list[str] | None = None) -> int:
 
                     flows = run_flows(connect, args.flows_count or (100 if args.quick else 500), repeats,
                                       s.max_seconds * 3)
+                    progress.advance(task)
+                if aio_on:
+                    progress.update(task, description="aio: zkqueue.aio, arq, SAQ")
+                    from benchmarks.aio_peers import AioSettings, run_section as run_aio  # noqa: PLC0415
+
+                    aio_settings = AioSettings(repeats=repeats)
+                    if args.quick:
+                        aio_settings.adds, aio_settings.jobs = 1000, 500
+                    aio_settings.adds = args.aio_adds or aio_settings.adds
+                    aio_settings.jobs = args.aio_jobs or aio_settings.jobs
+                    try:
+                        aio = run_aio(connect, aio_settings)
+                    except Exception as exc:  # noqa: BLE001 - reported in the table, the rest goes on
+                        log.warning("aio rows failed: %r", exc)
+                        aio = {"status": "n/a", "reason": repr(exc)[:300]}
                     progress.advance(task)
                 if progress_on:  # (not counted in the bar's total)
                     progress.update(task, description="progress: ordered consumer")
@@ -294,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": jobs,
         "progress": progress_row,
         "flows": flows,
+        "aio": aio,
         "scheduled": scheduled,
         "notes": [
             "Throughput runs are capped at max_seconds; a '(partial)' implementation reports the rate it reached.",
