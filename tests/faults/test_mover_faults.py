@@ -52,7 +52,7 @@ def test_mover_killed_mid_move_then_leader_kill(ensemble, journal_dir) -> None:
         producer = (QueueBuilder.builder(client, None, JsonSerializer(), path).schedule_layout(layout)
                     .run_mover(False).build_delay_queue(park_after=0.0))
         with producer:
-            base = now_ms() + 20_000
+            base = now_ms() + 14_000
             for i in range(ITEMS):  # due over 10 s, in two 5-second buckets of 15,000 items
                 due = base + (i * 10_000) // ITEMS
                 producer.put([i, due], due)

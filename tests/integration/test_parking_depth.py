@@ -43,9 +43,9 @@ def test_200k_parked_items_and_a_due_trickle(zk_client) -> None:
     arrivals = Arrivals()
     builder = QueueBuilder.builder(zk_client, None, JsonSerializer(), QPATH).schedule_layout(LAYOUT)
     with builder.build_delay_queue(park_after=0.0) as producer:
-        base = now_ms() + 30_000  # parked items come due over 20 s, starting 30 s from now
+        base = now_ms() + 18_000  # parked items come due over 10 s, starting 18 s from now
         for i in range(PARKED):
-            due = base + (i * 20_000) // PARKED
+            due = base + (i * 10_000) // PARKED
             producer.put([i, due], due)
         assert producer.flush_puts(120)
         assert producer.stats().put_failed == 0
