@@ -16,6 +16,7 @@ import threading
 import time
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
@@ -37,14 +38,26 @@ class Journal:
 
 
 def connect(cfg: dict, journal: Journal, stop: threading.Event) -> KazooClient:
-    client = KazooClient(hosts=cfg["hosts"], timeout=cfg["session_timeout"], connection_retry=dict(FAST_RECONNECT))
+    for attempt in range(5):
+        client = KazooClient(hosts=cfg["hosts"], timeout=cfg["session_timeout"],
+                             connection_retry=dict(FAST_RECONNECT))
+        try:
+            client.start(timeout=60)
+            break
+        except ConnectionLoss:
+            # The server this worker reached went away while kazoo's start() checked the chroot (a scenario's kill
+            # can land while a late worker starts): start again on a new client, before anything is journaled.
+            client.stop()
+            client.close()
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
 
     def listener(state: str) -> None:  # kazoo's connection thread: only a line write
         if state == KazooState.LOST and not stop.is_set():  # client.stop() at the end is LOST too: not a loss
             journal.write("lost")
 
     client.add_listener(listener)
-    client.start(timeout=60)
     return client
 
 
