@@ -1,7 +1,8 @@
 """A job worker process of the fault suite: ``python jobworker.py <json config>``.
 
 It runs ``JobQueue.work`` and journals (JSON lines, as faultworker.py) ``deliver`` for every job its handler runs
-(with the job id and attempt), ``lost`` when its session ends, ``ready`` and ``done``. The handler returns the
+(with the job id and attempt), ``lost`` when its session ends, ``ready``, ``stats`` (``jq.stats()``) and ``done``.
+With ``max_jobs`` in the config it works under ``RateLimit(max_jobs, 1.0)``. The handler returns the
 job's params doubled, which the checker finds in the completed records.
 """
 
@@ -12,13 +13,15 @@ import time
 
 from faultworker import connect, start_worker  # type: ignore[import-not-found]
 
-from zkqueue.jobs import JobQueue, RetryPolicy
+from zkqueue.jobs import JobQueue, RateLimit, RetryPolicy
 
 
 def main() -> None:
     cfg, journal, stop = start_worker(sys.argv[1])
     client = connect(cfg, journal, stop)
-    jq = JobQueue(client, cfg["path"], retry=RetryPolicy(max_attempts=cfg["max_attempts"], backoff=0.1, jitter=False))
+    rate = RateLimit(cfg["max_jobs"], 1.0) if "max_jobs" in cfg else None  # the rate-limit scenario's workers
+    jq = JobQueue(client, cfg["path"], retry=RetryPolicy(max_attempts=cfg["max_attempts"], backoff=0.1, jitter=False),
+                  rate_limit=rate)
     jq.start()
 
     def handler(job):  # noqa: ANN001, ANN202
@@ -31,6 +34,7 @@ def main() -> None:
     while not stop.wait(0.1):
         pass
     worker.stop()
+    journal.write("stats", **jq.stats())
     jq.close()
     journal.write("done")
     client.stop()

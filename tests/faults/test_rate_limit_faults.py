@@ -49,7 +49,7 @@ def test_rate_limited_jobs_through_a_leader_kill(ensemble, journal_dir, record_f
                        "session_timeout": 4.0, "max_attempts": 5, "work_seconds": 0.005, "concurrency": 2,
                        "max_jobs": MAX_JOBS}
                 log = open(journal_dir / f"w{w}.log", "w")  # noqa: SIM115 - closed with the process
-                procs.append(subprocess.Popen([sys.executable, str(HERE / "rateworker.py"), json.dumps(cfg)],
+                procs.append(subprocess.Popen([sys.executable, str(HERE / "jobworker.py"), json.dumps(cfg)],
                                               stdout=log, stderr=subprocess.STDOUT, cwd=HERE))
             wait_for(lambda: jq.counts()["completed"] >= 2 * MAX_JOBS, timeout=120)
             started = time.monotonic()
