@@ -86,24 +86,24 @@ class Parking:
         return Placement(naming.join(self.queue_path, name_prefix), ())
 
 
-def parked_count(client: KazooClient, queue_path: str) -> int:
-    """How many items are parked for the queue at ``queue_path``: one listing of the hour buckets and pipelined
-    reads of the minute buckets' stats (no item is read). Costs one read per bucket (about 44,000 for a schedule
-    spread over 30 days), so it is for counts and dashboards, not for hot paths."""
+def minute_buckets(client: KazooClient, queue_path: str) -> list[str]:
+    """The paths of every minute bucket of the queue's schedule: one listing of the hour buckets and one pipelined
+    multiRead of their children (empty when the queue has no schedule)."""
     root = buckets.schedule_root(queue_path)
     try:
         hours = [naming.join(root, n) for n in client.get_children(root) if buckets.parse_bucket(n) is not None]
     except NoNodeError:
-        return 0
-    minutes: list[str] = []
-    for hour, listing in zip(hours, protocol.multi_read(client, hours, children=True)):
-        if not isinstance(listing, BaseException):
-            minutes.extend(naming.join(hour, n) for n in listing if buckets.parse_bucket(n) is not None)
-    total = 0
-    for res in protocol.multi_read(client, minutes):
-        if not isinstance(res, BaseException):
-            total += res[1].numChildren
-    return total
+        return []
+    return [naming.join(hour, n) for hour, listing in zip(hours, protocol.multi_read(client, hours, children=True))
+            if not isinstance(listing, BaseException) for n in listing if buckets.parse_bucket(n) is not None]
 
 
-__all__ = ["Parking", "Placement", "check_park_after", "parked_count"]
+def parked_count(client: KazooClient, queue_path: str) -> int:
+    """How many items are parked for the queue at ``queue_path``: :func:`minute_buckets` and pipelined reads of
+    their stats (no item is read). Costs one read per bucket (about 44,000 for a schedule spread over 30 days), so
+    it is for counts and dashboards, not for hot paths."""
+    return sum(res[1].numChildren for res in protocol.multi_read(client, minute_buckets(client, queue_path))
+               if not isinstance(res, BaseException))
+
+
+__all__ = ["Parking", "Placement", "check_park_after", "minute_buckets", "parked_count"]

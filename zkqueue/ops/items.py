@@ -13,7 +13,8 @@ from kazoo.exceptions import NoAuthError, NoNodeError, NotEmptyError
 
 from zkqueue.engine.commit import create_op, delete_op
 from zkqueue.errors import QueuePermissionError, QueueStateError
-from zkqueue.formats import buckets, framing, naming
+from zkqueue.engine.parking import minute_buckets
+from zkqueue.formats import framing, naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, StrSerializer
 from zkqueue.transport import protocol
 
@@ -136,13 +137,7 @@ def purge(client: KazooClient, path: str, progress: Callable[[int, int], None] |
 
 def _parked_buckets(client: KazooClient, path: str) -> list[tuple[str, list[str]]]:
     """The minute buckets of the queue's schedule with the parked items in each (empty if it has none)."""
-    root = buckets.schedule_root(path)
-    try:
-        hours = [naming.join(root, h) for h in client.get_children(root) if buckets.parse_bucket(h) is not None]
-    except NoNodeError:
-        return []
-    minutes = [naming.join(hour, m) for hour, listing in zip(hours, protocol.multi_read(client, hours, children=True))
-               if not isinstance(listing, BaseException) for m in listing if buckets.parse_bucket(m) is not None]
+    minutes = minute_buckets(client, path)
     return [(minute, listing) for minute, listing in zip(minutes, protocol.multi_read(client, minutes, children=True))
             if not isinstance(listing, BaseException) and listing]
 
