@@ -17,9 +17,11 @@ call. Semantics are those of :mod:`zkqueue.jobs` and the engine: these classes w
 """
 
 from zkqueue.aio.client import connect, disconnect
+from zkqueue.aio.flow import AsyncFlow
+from zkqueue.aio.flow_worker import AsyncFlowWorker
 from zkqueue.aio.jobs import AsyncJobQueue, AsyncTakeScope, JobDeadError
 from zkqueue.aio.queue import NOTHING, AsyncQueue
 from zkqueue.aio.worker import AsyncWorker, JobTimeoutError
 
-__all__ = ["NOTHING", "AsyncJobQueue", "AsyncQueue", "AsyncTakeScope", "AsyncWorker", "JobDeadError",
-           "JobTimeoutError", "connect", "disconnect"]
+__all__ = ["NOTHING", "AsyncFlow", "AsyncFlowWorker", "AsyncJobQueue", "AsyncQueue", "AsyncTakeScope", "AsyncWorker",
+           "JobDeadError", "JobTimeoutError", "connect", "disconnect"]

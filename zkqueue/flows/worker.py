@@ -10,25 +10,19 @@ counted and followed by a growing pause.
 
 from __future__ import annotations
 
-import copy
-import json
+import inspect
 import logging
 import os
 import socket
 import threading
-import traceback as tb
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any, Protocol
 
-from zkqueue.errors import ConfigurationError, SerializationError
-from zkqueue.flows import handoff, store
-from zkqueue.flows.definition import Definition, Ending, Step
-from zkqueue.flows.handoff import Handoff, StepRef, step_errors
-from zkqueue.flows.model import FlowState, Next, StepJob
+from zkqueue.errors import ConfigurationError
+from zkqueue.flows import ends, store
+from zkqueue.flows.definition import Definition, Step
+from zkqueue.flows.handoff import Handoff
 from zkqueue.jobs import JobQueue, RetryPolicy
-from zkqueue.jobs import store as job_store
-from zkqueue.jobs.model import now_ms
 from zkqueue.jobs.scope import HeldJob
 
 
@@ -159,81 +153,30 @@ class FlowWorker:
 
     # ------------------------------------------------------------------------------------------ one step job
     def _handle(self, step: Step, held: HeldJob) -> None:
-        flow = self._flow
-        ref = StepRef(step.name, held.record, held.version, held.ack_ops)
-        try:
-            read = flow.handoff.read(held.record.id)
-            rec = read[0] if read is not None else None
-            if rec is None or rec.run != store.run_of(held.record) or rec.state is not FlowState.RUNNING:
-                self._end(held, ref, None, read)  # the flow job failed meanwhile, or is gone: the step is dropped
-                return
-            job = StepJob(rec.id, step.name, held.record.attempts, rec.params, dict(rec.results), list(rec.errors),
-                          copy.deepcopy(rec.data))
-            before = copy.deepcopy(rec.data)
-        except BaseException:
-            held.release()
-            raise
-        try:
-            value = step.handler(job)
-            chosen = None
-            if isinstance(value, Next):
-                chosen = value.steps
-                for name in chosen:
-                    flow.definition.step(name)  # raises ConfigurationError for an unknown step
-                value = value.result
-            changed = {k: v for k, v in job.data.items() if before.get(k, _MISSING) != v}
-            try:
-                json.dumps([value, changed])
-            except (TypeError, ValueError) as exc:
-                raise SerializationError(f"step {step.name} returned a result (or data) that is not JSON: "
-                                         f"{exc}") from exc
-        except Exception as exc:
-            self._failed(step, held, ref, exc, read)
-            return
-        self._end(held, ref, Ending(ok=True, result=value, chosen=chosen, errors=step_errors(step.name, held.record),
-                                    data=changed), read)
-
-    def _failed(self, step: Step, held: HeldJob, ref: StepRef, exc: Exception, read: Any) -> None:
-        record = held.record
-        trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
-        errors = record.failed(f"{type(exc).__name__}: {exc}", trace)
-        policy = self._flow.retry_of(step)
-        if policy.retries(exc, record.attempts) and not isinstance(exc, (ConfigurationError, SerializationError)):
-            delay = policy.delay(record.attempts)
-            log.warning("step %s of flow job %s failed (attempt %d of %d): %s: %s; again in %.1fs", step.name,
-                        record.id, record.attempts, policy.max_attempts, type(exc).__name__, exc, delay)
-            held.finish(job_store.retry(self._flow.queue(step.name).paths, record, held.version,
-                                        now_ms() + int(delay * 1000), errors))
-            self._flow.handoff.counts.count(step.name, "retried")
-            self._count()
-            return
-        log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,
-                    record.attempts, type(exc).__name__, exc)
-        dead = StepRef(step.name, replace(record, errors=errors), ref.version, ref.ack_ops)
-        self._end(held, dead, Ending(ok=False, errors=step_errors(step.name, dead.record)), read)
-
-    def _end(self, held: HeldJob, ref: StepRef, ending: Ending | None, read: Any = handoff.UNREAD) -> None:
-        try:
-            outcome = self._flow.handoff.end(ref, ending, read)
-        except Exception as exc:  # racing for ever, no connection, a refused request: the claim counted an attempt
-            log.warning("step %s of flow job %s could not hand off (%r): given back for a retry", ref.step,
-                        ref.job_id, exc)
-            held.release()
-            return
-        except BaseException:
-            held.release()
-            raise
-        if outcome == handoff.OK:
-            held.forget()  # the item and the lease's nodes went in the hand-off's multi: nothing to send
-            self._count()
+        """Run one claimed step job on this thread and commit its end (:mod:`zkqueue.flows.ends`)."""
+        run = ends.begin(self._flow, step, held)
+        if run.job is None:  # the flow job failed meanwhile, or is gone: the step is dropped
+            outcome = ends.settle(self._flow, run)
         else:
-            held.release()  # the lease was lost: let the engine clear whatever of it is still ours
+            try:
+                value = step.handler(run.job)
+                if inspect.iscoroutine(value):
+                    value.close()
+                    raise ConfigurationError(f"step {step.name} has a coroutine handler: run it with "
+                                             "zkqueue.aio.AsyncFlow.work")
+            except Exception as exc:
+                outcome = ends.settle(self._flow, run, error=exc)
+            except BaseException:
+                ends.release(held)
+                raise
+            else:
+                outcome = ends.settle(self._flow, run, value)
+        if outcome != ends.RELEASED:
+            self._count()
 
     def _count(self) -> None:
         with self._lock:
             self.handled += 1
 
-
-_MISSING = object()
 
 __all__ = ["FlowWorker", "POLL_SECONDS"]

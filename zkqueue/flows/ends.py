@@ -1,0 +1,158 @@
+"""Ending one claimed step job: the seam that thread workers (:class:`~zkqueue.flows.worker.FlowWorker`) and
+coroutine workers (:class:`zkqueue.aio.AsyncFlow`) share, so a step ends the same way whoever ran its handler.
+
+A worker that claimed a step job (a :class:`~zkqueue.jobs.scope.HeldJob`) calls :func:`begin` (reads the flow
+record and builds the handler's :class:`~zkqueue.flows.model.StepJob`), runs the handler however it likes, then
+calls :func:`settle` once with the handler's value or its exception. :func:`settle` checks the value (``Next``,
+JSON), and commits the end: the hand-off in one fenced multi (:mod:`zkqueue.flows.handoff`), a retry with the
+step's policy (the job layer's requeue with a due time), or a dead step handed off as a failure. Both calls block
+on ZooKeeper; neither calls the handler.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import traceback as tb
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from zkqueue.errors import ConfigurationError, SerializationError
+from zkqueue.flows import handoff, store
+from zkqueue.flows.definition import Definition, Ending, Step
+from zkqueue.flows.handoff import Handoff, StepRef, step_errors
+from zkqueue.flows.model import FlowState, Next, StepJob
+from zkqueue.jobs import JobQueue, RetryPolicy
+from zkqueue.jobs import store as job_store
+from zkqueue.jobs.model import now_ms
+from zkqueue.jobs.scope import HeldJob
+
+log = logging.getLogger("zkqueue.flows.ends")
+
+# What settle() did with a step job.
+COMPLETED = "completed"  # handed off with its result (the next steps queued in the same multi)
+RETRIED = "retried"  # the attempt failed; the job runs again after the step's backoff
+DEAD = "dead"  # the attempt failed for the last time; handed off as a failure
+DROPPED = "dropped"  # its flow job failed meanwhile, is gone, or is of another run: ended without running
+RELEASED = "released"  # nothing committed (the lease was lost, or the hand-off could not commit): given back
+
+
+class EndedFlow(Protocol):
+    """What ending a step job uses of its :class:`~zkqueue.flows.flow.Flow`."""
+
+    definition: Definition
+    handoff: Handoff
+
+    def queue(self, name: str) -> JobQueue: ...
+
+    def retry_of(self, step: Step) -> RetryPolicy: ...
+
+
+@dataclass
+class StepRun:
+    """One claimed step job between :func:`begin` and :func:`settle`. ``job`` is what the handler gets; None when
+    the step job is to be dropped without running (call :func:`settle` all the same)."""
+
+    step: Step
+    held: HeldJob
+    ref: StepRef
+    read: Any
+    job: StepJob | None
+    before: dict[str, Any]
+
+
+def begin(flow: EndedFlow, step: Step, held: HeldJob) -> StepRun:
+    """Read the flow record of ``held`` and build its handler's job (blocks). On any error the job is given
+    back (released) and the error raised."""
+    ref = StepRef(step.name, held.record, held.version, held.ack_ops)
+    try:
+        read = flow.handoff.read(held.record.id)
+        rec = read[0] if read is not None else None
+        if rec is None or rec.run != store.run_of(held.record) or rec.state is not FlowState.RUNNING:
+            return StepRun(step, held, ref, read, None, {})
+        job = StepJob(rec.id, step.name, held.record.attempts, rec.params, dict(rec.results), list(rec.errors),
+                      copy.deepcopy(rec.data))
+        return StepRun(step, held, ref, read, job, copy.deepcopy(rec.data))
+    except BaseException:
+        held.release()
+        raise
+
+
+def settle(flow: EndedFlow, run: StepRun, value: Any = None, error: Exception | None = None) -> str:
+    """Commit the end of ``run`` (blocks): the handler returned ``value``, or raised ``error``. Returns
+    :data:`COMPLETED`, :data:`RETRIED`, :data:`DEAD`, :data:`DROPPED` or :data:`RELEASED`. Exactly one end is
+    committed (or the job is given back); an exit exception (BaseException) gives the job back and is raised."""
+    if run.job is None:
+        return DROPPED if _end(flow, run.held, run.ref, None, run.read) else RELEASED
+    if error is None:
+        try:
+            chosen = None
+            if isinstance(value, Next):
+                chosen = value.steps
+                for name in chosen:
+                    flow.definition.step(name)  # raises ConfigurationError for an unknown step
+                value = value.result
+            changed = {k: v for k, v in run.job.data.items() if run.before.get(k, _MISSING) != v}
+            try:
+                json.dumps([value, changed])
+            except (TypeError, ValueError) as exc:
+                raise SerializationError(f"step {run.step.name} returned a result (or data) that is not JSON: "
+                                         f"{exc}") from exc
+        except Exception as exc:
+            error = exc
+    if error is not None:
+        return _failed(flow, run, error)
+    ending = Ending(ok=True, result=value, chosen=chosen, errors=step_errors(run.step.name, run.held.record),
+                    data=changed)
+    return COMPLETED if _end(flow, run.held, run.ref, ending, run.read) else RELEASED
+
+
+def _failed(flow: EndedFlow, run: StepRun, exc: Exception) -> str:
+    step, held, record = run.step, run.held, run.held.record
+    trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    errors = record.failed(f"{type(exc).__name__}: {exc}", trace)
+    policy = flow.retry_of(step)
+    if policy.retries(exc, record.attempts) and not isinstance(exc, (ConfigurationError, SerializationError)):
+        delay = policy.delay(record.attempts)
+        log.warning("step %s of flow job %s failed (attempt %d of %d): %s: %s; again in %.1fs", step.name,
+                    record.id, record.attempts, policy.max_attempts, type(exc).__name__, exc, delay)
+        held.finish(job_store.retry(flow.queue(step.name).paths, record, held.version,
+                                    now_ms() + int(delay * 1000), errors))
+        flow.handoff.counts.count(step.name, "retried")
+        return RETRIED
+    log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,
+                record.attempts, type(exc).__name__, exc)
+    dead = StepRef(step.name, replace(record, errors=errors), run.ref.version, run.ref.ack_ops)
+    return DEAD if _end(flow, held, dead, Ending(ok=False, errors=step_errors(step.name, dead.record)),
+                        run.read) else RELEASED
+
+
+def _end(flow: EndedFlow, held: HeldJob, ref: StepRef, ending: Ending | None, read: Any) -> bool:
+    """Hand off; whether it committed (else the job was given back)."""
+    try:
+        outcome = flow.handoff.end(ref, ending, read)
+    except Exception as exc:  # racing for ever, no connection, a refused request: the claim counted an attempt
+        log.warning("step %s of flow job %s could not hand off (%r): given back for a retry", ref.step,
+                    ref.job_id, exc)
+        held.release()
+        return False
+    except BaseException:
+        held.release()
+        raise
+    if outcome == handoff.OK:
+        held.forget()  # the item and the lease's nodes went in the hand-off's multi: nothing to send
+        return True
+    held.release()  # the lease was lost: let the engine clear whatever of it is still ours
+    return False
+
+
+def release(held: HeldJob) -> None:
+    """Give a claimed step job back untouched (a cancelled worker): it runs again at once, its attempt counted."""
+    held.release()
+
+
+_MISSING = object()
+
+__all__ = ["COMPLETED", "DEAD", "DROPPED", "RELEASED", "RETRIED", "EndedFlow", "StepRun", "begin", "release",
+           "settle"]
