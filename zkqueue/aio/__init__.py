@@ -13,15 +13,17 @@ async with AsyncJobQueue(client, "/jobs/mail", retry=RetryPolicy(max_attempts=5)
 kazoo has no asyncio API: its results, watches and state changes cross to the loop through
 ``loop.call_soon_threadsafe`` (:mod:`zkqueue.aio.bridge`). The engine seams that have no async form (the
 exactly-once add, claims, fenced completions, puts) run in one small thread pool per queue, never a thread per
-call. Semantics are those of :mod:`zkqueue.jobs` and the engine: these classes wrap them.
+call. Semantics are those of :mod:`zkqueue.jobs`, :mod:`zkqueue.flows`, :mod:`zkqueue.progress` and the engine:
+these classes wrap them (AsyncFlow, AsyncProgressConsumer: coroutine step handlers and workers on the loop).
 """
 
 from zkqueue.aio.client import connect, disconnect
 from zkqueue.aio.flow import AsyncFlow
 from zkqueue.aio.flow_worker import AsyncFlowWorker
 from zkqueue.aio.jobs import AsyncJobQueue, AsyncTakeScope, JobDeadError
+from zkqueue.aio.progress import AsyncJobContext, AsyncProgressConsumer
 from zkqueue.aio.queue import NOTHING, AsyncQueue
 from zkqueue.aio.worker import AsyncWorker, JobTimeoutError
 
-__all__ = ["NOTHING", "AsyncFlow", "AsyncFlowWorker", "AsyncJobQueue", "AsyncQueue", "AsyncTakeScope", "AsyncWorker",
-           "JobDeadError", "JobTimeoutError", "connect", "disconnect"]
+__all__ = ["NOTHING", "AsyncFlow", "AsyncFlowWorker", "AsyncJobContext", "AsyncJobQueue", "AsyncProgressConsumer",
+           "AsyncQueue", "AsyncTakeScope", "AsyncWorker", "JobDeadError", "JobTimeoutError", "connect", "disconnect"]

@@ -15,7 +15,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +27,7 @@ from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.progress.attempts import JobRun, StuckCallback
 from zkqueue.progress.context import JobContext
 from zkqueue.progress.leader import Leadership
+from zkqueue.progress.runner import JobRunner, JobTask, ThreadRunner
 from zkqueue.progress.store import LEADER, ProgressStore
 from zkqueue.progress.window import Window
 
@@ -136,13 +136,15 @@ class ProgressConsumer:
       seconds passed, and when the consumer stops. After a crash the jobs above the stored index run again.
     - ``poll_interval``: how often ``head()`` is read without a ``check()`` (sources without ``watch``).
     - ``with_context``: pass ``ctx`` as a third argument (default: when the worker takes three).
+    - ``runner``: where jobs run (:mod:`zkqueue.progress.runner`; default: ``max_processing`` threads).
     """
 
     def __init__(self, client: KazooClient, jobs: Any, progress_path: str, worker: Callable[..., Any], *,
                  max_processing: int = 8, max_search_ahead: int = 1000, default_index: int = 0,
                  retry: RetryPolicy | None = None, progress_interval: float = 1.0, progress_batch: int = 100,
                  poll_interval: float | None = 5.0, on_stuck: StuckCallback | None = None,
-                 with_context: bool | None = None, identifier: str | None = None) -> None:
+                 with_context: bool | None = None, identifier: str | None = None,
+                 runner: JobRunner | None = None) -> None:
         if not callable(getattr(jobs, "head", None)) or not callable(getattr(jobs, "at_index", None)):
             raise ConfigurationError("jobs must have head() and at_index(i)")
         if not callable(worker):
@@ -187,7 +189,7 @@ class ProgressConsumer:
         self._window: Window | None = None
         self._processed: int | None = None
         self._thread: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._runner: JobRunner = runner if runner is not None else ThreadRunner(worker, progress_path)
         self._unwatch: Callable[[], None] | None = None
         self._state = "new"
         self.last_error: BaseException | None = None
@@ -205,7 +207,7 @@ class ProgressConsumer:
         watch = getattr(self.jobs, "watch", None)
         if callable(watch):
             self._unwatch = watch(self.check)
-        self._pool = ThreadPoolExecutor(self.max_processing, thread_name_prefix="zkqueue-progress-worker")
+        self._runner.start(self.max_processing)
         self._thread = threading.Thread(target=self._main, name="zkqueue-progress", daemon=True)
         self._thread.start()
         return self
@@ -227,8 +229,7 @@ class ProgressConsumer:
         if self._unwatch is not None:
             self._unwatch()
         self.client.remove_listener(self._on_state)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._runner.shutdown()
         self._state = "closed"
 
     close = stop
@@ -460,7 +461,7 @@ class ProgressConsumer:
                 if i in markers:
                     break
                 window.start(i)
-                self._pool.submit(self._run_job, epoch, fence, i, job)  # type: ignore[union-attr]
+                self._runner.submit(self._task(epoch, fence, i, job))
         return True
 
     def _fetch(self, start: int, stop: int) -> list[Any]:
@@ -531,23 +532,19 @@ class ProgressConsumer:
     def _keep_going(self, epoch: int) -> bool:
         return self._epoch == epoch and not self._stop.is_set() and not self._lost
 
-    def _run_job(self, epoch: int, fence: str, index: int, job: Any) -> None:
-        # JobRun retries whatever the worker raises (BaseException too); what escapes here is a bug of ours
-        ok: bool | None = None
-        try:
+    def _task(self, epoch: int, fence: str, index: int, job: Any) -> JobTask:
+        """Job ``index`` for the runner: its attempts (that stop when this term or the consumer ends), its context,
+        and the report of its end (picked up by the coordinator)."""
+        def opener() -> tuple[JobRun, JobContext | None]:
             run = JobRun(index, self.retry, self._stuck_cbs, lambda: self._keep_going(epoch), self._stop.wait,
                          self._count)
-            if self.with_context:
-                ctx = JobContext(index, run, self._store, fence, self._handed_off)
-                ok = run.run(lambda attempt: self.worker(index, job, ctx))
-            else:
-                ok = run.run(lambda attempt: self.worker(index, job))
-        except BaseException:  # never die silently: the coordinator steps down (_WorkerDied)
-            log.critical("the worker thread of job %d of %s died", index, self.progress_path, exc_info=True)
-            raise
-        finally:
+            return run, JobContext(index, run, self._store, fence, self._handed_off) if self.with_context else None
+
+        def finished(ok: bool | None) -> None:
             self._finished.append((epoch, index, ok))
             self._wake.set()
+
+        return JobTask(index, job, opener, finished)
 
     def _handed_off(self, index: int) -> None:
         self._handed.add(index)
