@@ -246,3 +246,50 @@ def test_pull_mode_claims_completes_and_releases(zk_client) -> None:
         q.release_nodes(rest)
         assert [o.items for o in q.claim_nodes(5, timeout=5)] == [["p3"]]  # released: claimable again
         assert len(zk_client.get_children(NEXT)) == 1 and q.stats().moved == 1
+
+
+def test_pull_claims_never_retry_names_they_finished_while_the_listing_still_shows_them(zk_client) -> None:
+    """A claim right after complete_nodes must not try the names just finished (the children cache may still list
+    them): each would fail the claim's multi and split it into one round trip per name."""
+    fill(zk_client, [f"s{i}" for i in range(60)])
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        for _round in range(6):
+            held = q.claim_nodes(10, timeout=5)
+            assert len(held) == 10
+            for o in held:
+                o.completion = Completion.ack()
+            q.complete_nodes(held)
+        assert q.stats().lost_races == 0 and q.stats().lock_conflicts == 0
+        assert zk_client.get_children(QPATH) == []
+
+
+def test_pull_claims_under_block_leases_hold_one_lock_per_block(zk_client) -> None:
+    """claim_nodes(block_leases=True): 130 nodes (sequences 0..129, three blocks of 64) are held under 3 block
+    locks, not 260 lock and fence nodes; completing every node of a block releases its lock; a released node is
+    claimable again; what is left of a held block is claimed once that block is free."""
+    fill(zk_client, [f"b{i}" for i in range(130)])
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        held = q.claim_nodes(100, timeout=5, block_leases=True)
+        assert [o.items[0] for o in held] == [f"b{i}" for i in range(100)]
+        assert len(lock_nodes(zk_client, LPATH)) == 2  # blocks 0-63 and 64-127 (partly)
+        assert all(not zk_client.get_children(f"{QPATH}/{o.name}") for o in held)  # no fence children
+        first_block, second_block = held[:64], held[64:]
+        for o in first_block:
+            o.completion = Completion.ack()
+        q.complete_nodes(first_block)
+        assert len(lock_nodes(zk_client, LPATH)) == 1  # its last node finished: the block's lock is gone
+        rest = q.claim_nodes(100, timeout=5, block_leases=True)  # 100..127 wait for block 64 (still ours)
+        assert [o.items[0] for o in rest] == ["b128", "b129"]
+        q.release_nodes(second_block[:1])
+        for o in second_block[1:]:
+            o.completion = Completion.ack()
+        q.complete_nodes(second_block[1:])
+        again = q.claim_nodes(100, timeout=5, block_leases=True)
+        assert [o.items[0] for o in again] == ["b64"] + [f"b{i}" for i in range(100, 128)]
+        for o in rest + again:
+            o.completion = Completion.ack()
+        q.complete_nodes(rest + again)
+        assert zk_client.get_children(QPATH) == [] and lock_nodes(zk_client, LPATH) == []
+        assert q.stats().lost_races == 0 and q.stats().lock_lost == 0

@@ -169,6 +169,8 @@ class Completer:
 
     def collect(self) -> None:
         """Finish every completion sent by :meth:`submit`."""
+        if not self._inflight:  # nothing sent (pull mode): do not wait for a commit another thread is making
+            return
         with self._leases.commit_lock:
             self._collect_locked()
 

@@ -161,22 +161,24 @@ class LeaseTaker:
             handled.extend(o.name for o in outcomes)
         return handled, locked
 
-    def claim(self, names: list[str], timeout: float | None = None) -> tuple[list[str], bool, list[Outcome], int]:
+    def claim(self, names: list[str], timeout: float | None = None, *, blocks: bool | None = None
+              ) -> tuple[list[str], bool, list[Outcome], int]:
         """Claim and read the names the claim hook admits (a prefix of ``names``; see
         :meth:`~zkqueue.engine.seams.ClaimHook.admit`, which may wait up to ``timeout`` seconds) and run the claim
         hook: (names finished for this instance, whether some were held by others, the claimed nodes to deliver,
         how many of ``names`` were tried). ``names[tried:]`` were left alone; ``tried`` is 0 only when nothing
-        was admitted (closing, or ``timeout`` passed). The caller completes or releases every outcome."""
+        was admitted (closing, or ``timeout`` passed). The caller completes or releases every outcome. ``blocks``:
+        whether to take block leases (None: when the consumer is known to be fast, see :meth:`uses_blocks`)."""
         hook = self._claim_hook
         admit = getattr(hook, "admit", None) if names else None
         if admit is None:
-            return (*self._claim_step(names), len(names))
+            return (*self._claim_step(names, blocks), len(names))
         tried = max(0, min(len(names), self._admit(admit, len(names), timeout)))
         if not tried:
             return [], False, [], 0
         outcomes: list[Outcome] = []
         try:
-            handled, locked, outcomes = self._claim_step(names[:tried])
+            handled, locked, outcomes = self._claim_step(names[:tried], blocks)
         finally:
             unused = getattr(hook, "unused", None)
             try:
@@ -207,7 +209,8 @@ class LeaseTaker:
             tried = admit(count, closing, ADMIT_SLICE if left is None else min(ADMIT_SLICE, left))
         return tried
 
-    def _claim_step(self, names: list[str]) -> tuple[list[str], bool, list[Outcome]]:
+    def _claim_step(self, names: list[str], blocks_wanted: bool | None = None
+                    ) -> tuple[list[str], bool, list[Outcome]]:
         """Claim and read ``names`` and run the claim hook (see :meth:`claim`)."""
         leases = self.leases
         locked = False
@@ -219,7 +222,8 @@ class LeaseTaker:
                 locked = True
                 keep = [i for i, b in enumerate(blocks) if b not in ours]
                 names, blocks = [names[i] for i in keep], [blocks[i] for i in keep]
-        blocks_ok = self.uses_blocks()
+        blocks_ok = (self.uses_blocks() if blocks_wanted is None
+                     else blocks_wanted and not self.leases.curator_names)
         by_block: dict[int, list[str]] = {}
         item_names: list[str] = []
         for n, b in zip(names, blocks):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from zkqueue.engine.children import ChildrenCache
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.delivery import read_large
 from zkqueue.engine.locksafe import LeaseTaker
+from zkqueue.engine.ordering import DueScan, KeptOrder
 from zkqueue.engine.run_loop import LOCKED_RETRY_SECONDS
 from zkqueue.formats import naming
 
@@ -36,6 +37,7 @@ class Puller:
         *,
         sort_children: Callable[[list[str]], list[str]],
         get_delay: Callable[[str], float],
+        order_key: Callable[[str], Any] | None = None,
         serializer: Any = None,
     ) -> None:
         self._ctx = ctx
@@ -44,12 +46,14 @@ class Puller:
         self._taker = taker
         self._sort_children = sort_children
         self._get_delay = get_delay
+        self._kept = None if order_key is None else KeptOrder(order_key, get_delay)
         self._lock = threading.Lock()
         self._held: set[str] = set()  # names claimed and not completed yet
         self._skip: set[str] = set()  # names finished for us (gone, quarantined) that a listing may still show
 
-    def claim(self, max_nodes: int, timeout: float | None) -> list[Outcome]:
-        """Up to ``max_nodes`` claimed nodes, at least one; [] if none was due within ``timeout`` seconds."""
+    def claim(self, max_nodes: int, timeout: float | None, *, block_leases: bool = False) -> list[Outcome]:
+        """Up to ``max_nodes`` claimed nodes, at least one; [] if none was due within ``timeout`` seconds. With
+        ``block_leases`` they are held under block leases (see :meth:`DistributedQueue.claim_nodes`)."""
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._lock:
             version = -1
@@ -62,16 +66,15 @@ class Puller:
                 version = snap.version
                 present = [n for n in snap.children if naming.is_item_name(n)]
                 self._skip.intersection_update(present)
-                due, next_due = self._due([n for n in present if n not in self._held and n not in self._skip])
+                due = self._due(present)
                 locked = False
-                while due:
-                    batch = due[:max_nodes]
+                while batch := due.take(max_nodes):
                     left = None if deadline is None else deadline - time.monotonic()
-                    handled, batch_locked, outcomes, tried = self._taker.claim(batch, left)
+                    handled, batch_locked, outcomes, tried = self._taker.claim(batch, left, blocks=block_leases)
                     if not tried:  # the claim hook admitted none (closing, or the timeout passed at its limit)
                         locked = True  # (a hook that admits none for another reason: look again soon)
                         break
-                    due = due[tried:]
+                    due.give_back(batch[tried:])
                     locked = locked or batch_locked
                     taken = {o.name for o in outcomes}
                     self._skip.update(n for n in handled if n not in taken)
@@ -85,8 +88,9 @@ class Puller:
                 wait = None if deadline is None else deadline - now
                 if locked:
                     wait = LOCKED_RETRY_SECONDS if wait is None else min(wait, LOCKED_RETRY_SECONDS)
-                if next_due is not None:
-                    wait = max(0.0, next_due - now) if wait is None else min(wait, max(0.0, next_due - now))
+                if due.next_due is not None:
+                    to_due = max(0.0, due.next_due - now)
+                    wait = to_due if wait is None else min(wait, to_due)
                 self._cache.wait_for_change(version, wait)
         return []
 
@@ -98,24 +102,30 @@ class Puller:
         self._taker.completer.complete(unusable)
         return [o for o in outcomes if o not in unusable]
 
-    def _due(self, names: list[str]) -> tuple[list[str], float | None]:
-        """The due names in consumption order, and when the first one not due yet will be."""
+    def _excluded(self, name: str) -> bool:
+        return name in self._held or name in self._skip
+
+    def _due(self, present: list[str]) -> DueScan:
+        """The due names of ``present`` in consumption order (none held or finished by us), and in how many
+        seconds the first one not due yet will be."""
+        if self._kept is not None:
+            return self._kept.due(present, self._excluded)
         due: list[str] = []
-        next_due: float | None = None
-        for name in self._sort_children(names):
+        wait: float | None = None
+        for name in self._sort_children([n for n in present if not self._excluded(n)]):
             delay = self._get_delay(name)
             if delay > 0:
-                at = time.monotonic() + delay
-                next_due = at if next_due is None else min(next_due, at)
+                wait = delay if wait is None else min(wait, delay)
                 continue
             due.append(name)
-        return due, next_due
+        return DueScan(due, wait)
 
     def complete(self, outcomes: list[Outcome]) -> None:
         """Finish claimed nodes: each per its ``completion`` (or ``error`` and the error mode, as delivered ones)."""
         try:
             self._taker.completer.complete(outcomes)
         finally:
+            self._finished(o for o in outcomes if o.completion is None or o.completion.action != "release")
             self._held.difference_update(o.name for o in outcomes)
 
     def forget(self, outcomes: list[Outcome]) -> None:
@@ -123,7 +133,14 @@ class Puller:
         try:
             self._taker.completer.forget([o.held for o in outcomes if o.held is not None])
         finally:
+            self._finished(outcomes)
             self._held.difference_update(o.name for o in outcomes)
+
+    def _finished(self, outcomes: Iterable[Outcome]) -> None:
+        """Names whose nodes are gone (or going: a completion the completer retries stays ours) are not claimed
+        again while the children cache still lists them: a claim that meets them fails, and the claim's multi
+        is split group by group, one round trip per name."""
+        self._skip.update(o.name for o in outcomes)
 
     def release(self, outcomes: list[Outcome]) -> None:
         """Give claimed nodes back untouched."""

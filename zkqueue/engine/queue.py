@@ -303,6 +303,11 @@ class DistributedQueue(Generic[T]):
         """Order in which children are consumed."""
         return sorted(names)
 
+    #: Optional hook: a sort key of one child name such that ``sort_children(names) == sorted(names,
+    #: key=order_key)``, for a queue whose ``get_delay`` is a due instant in the name minus now. Pull-mode claims
+    #: then keep the order across listings instead of sorting each one (see :mod:`zkqueue.engine.ordering`).
+    order_key: Callable[[str], Any] | None = None
+
     def make_item_path(self) -> str:
         """Prefix of a new item node (ZooKeeper appends the sequence)."""
         return self._queue_path + "/" + naming.ITEM_PREFIX
@@ -575,18 +580,25 @@ class DistributedQueue(Generic[T]):
         return self._lease_taker.flush(timeout)
 
     # ------------------------------------------------------------------------------------------ pull mode
-    def claim_nodes(self, max_nodes: int, timeout: float | None = None) -> list[Outcome]:
+    def claim_nodes(self, max_nodes: int, timeout: float | None = None, *, block_leases: bool = False
+                    ) -> list[Outcome]:
         """Claim up to ``max_nodes`` due nodes now (pull mode: a lock-safe queue built without a consumer).
 
         Blocks until at least one node is due and claimed, or returns [] after ``timeout`` seconds. Each returned
         outcome holds the node (``name``, ``data``, ``version``, ``items``, ``node(path)``) under an item lease and
         the claim hook's ops already committed; set its ``completion`` (or ``error``) and pass it to
         :meth:`complete_nodes`, or give it back with :meth:`release_nodes`. A seam for the job layer's scoped takes.
+
+        ``block_leases`` is for a caller that finishes its nodes soon (an async worker of short jobs): the nodes
+        are held under block leases, one lock per block of 64 sequence numbers instead of a lock and a fence per
+        node, so a claim of hundreds of nodes writes a handful of nodes. The other names of a held block wait
+        until every claimed node of it is finished. Not with Curator's lock names; :meth:`HeldJob.ack_ops
+        <zkqueue.jobs.scope.HeldJob.ack_ops>` needs item leases.
         """
         self._check_started()
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes <= 0:
             raise ConfigurationError(f"max_nodes must be a positive int, got {max_nodes!r}")
-        return self._pull().claim(max_nodes, timeout)
+        return self._pull().claim(max_nodes, timeout, block_leases=block_leases)
 
     def complete_nodes(self, outcomes: list[Outcome]) -> None:
         """Finish nodes from :meth:`claim_nodes`, each by its ``completion`` (or its ``error`` and the error mode),
@@ -619,7 +631,8 @@ class DistributedQueue(Generic[T]):
                 )
                 self._lease_taker.start()
                 self._puller = Puller(self._ctx, cache, self._lease_taker, sort_children=self.sort_children,
-                                      get_delay=self.get_delay, serializer=self._serializer)
+                                      get_delay=self.get_delay, order_key=self.order_key,
+                                      serializer=self._serializer)
             return self._puller
 
     def commit_groups(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:

@@ -241,11 +241,13 @@ class JobQueue:
         held = self.claim_many(1, timeout)
         return held[0] if held else None
 
-    def claim_many(self, max_jobs: int, timeout: float | None = None) -> list[HeldJob]:
+    def claim_many(self, max_jobs: int, timeout: float | None = None, *, block_leases: bool = False
+                   ) -> list[HeldJob]:
         """Like :meth:`claim`, up to ``max_jobs`` jobs at once (their leases and attempts in as few multis as
-        possible); [] if none was due within ``timeout`` seconds."""
+        possible); [] if none was due within ``timeout`` seconds. ``block_leases``: for a caller that ends its
+        jobs within moments (see :meth:`DistributedQueue.claim_nodes <zkqueue.DistributedQueue.claim_nodes>`)."""
         self._check_started()
-        return claim_held(self._engine, self._claims, timeout, max_jobs)
+        return claim_held(self._engine, self._claims, timeout, max_jobs, block_leases=block_leases)
 
     def work(self, handler: Callable[[Job], Any], concurrency: int = 1) -> JobWorker:
         """Run ``handler(job)`` for jobs on ``concurrency`` threads until :meth:`JobWorker.stop` or close(): its
@@ -378,3 +380,5 @@ class _JobItems(DistributedQueue):  # type: ignore[type-arg]
 
     def sort_children(self, names_: list[str]) -> list[str]:
         return sorted(names_, key=names.sort_key)
+
+    order_key = staticmethod(names.sort_key)

@@ -191,11 +191,11 @@ def release_many(helds: Sequence[HeldJob]) -> None:
 
 
 def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float | None,
-               max_jobs: int = 1) -> list[HeldJob]:
+               max_jobs: int = 1, *, block_leases: bool = False) -> list[HeldJob]:
     """Claim up to ``max_jobs`` due jobs of ``engine`` (pull mode) and hold them; [] if none was due within
     ``timeout``."""
     out = []
-    for o in engine.claim_nodes(max_jobs, timeout):
+    for o in engine.claim_nodes(max_jobs, timeout, block_leases=block_leases):
         claimed = claims.take(o.held.path) if o.held is not None else None
         if claimed is None or o.held is None:  # cannot happen: the claim hook ran for every node it returned
             log.error("claimed node %s has no claimed record; giving it back", o.name)
