@@ -12,6 +12,7 @@ import pytest
 
 from zkqueue.aio import AsyncJobQueue, JobTimeoutError
 from zkqueue.jobs import JobQueue, JobState, RetryPolicy
+from zkqueue.server.testing import lock_nodes
 
 PATH = "/jobs/aio-work"
 FAST = RetryPolicy(max_attempts=3, backoff=0.0, jitter=False)
@@ -260,3 +261,51 @@ async def test_a_heartbeat_never_waits_50ms_while_10000_jobs_are_added(zk_client
         logging.getLogger("zkqueue.aio.test").info("10,000 adds in %.2f s, %d beats, worst extra wait %.1f ms",
                                                     took, len(gaps), worst * 1000)
         assert worst < 0.050, f"the heartbeat waited {worst * 1000:.1f} ms past its sleep"
+
+
+@pytest.mark.asyncio
+async def test_stop_gives_back_jobs_claimed_ahead_with_their_attempt_uncounted(zk_client) -> None:
+    async with AsyncJobQueue(zk_client, PATH, retry=RetryPolicy(max_attempts=1)) as jq:
+        await jq.add_all([(f"p-{i}", i) for i in range(30)])
+        started: list[str] = []
+
+        async def slow(job):
+            started.append(job.id)
+            await asyncio.sleep(0.3)
+            return job.params
+
+        worker = jq.work(slow, concurrency=5, prefetch=10)
+        await wait_until(lambda: asyncio.sleep(0, len(started) >= 5 and worker.stats()["prefetched"] == 10), 20,
+                         "5 running and 10 claimed ahead")
+        await worker.stop()
+        assert worker.stats()["returned"] == 10 and worker.stats()["completed"] == len(started) == 5
+        counts = await jq.counts()
+        assert counts["completed"] == 5 and counts["queued"] == 25 and counts["active"] == 0
+        waiting = [await jq.get(f"p-{i}") for i in range(30)]
+        assert all(j.attempts == 0 for j in waiting if j.id not in started)  # the prefetched ones never ran
+
+        async with jq.work(slow, concurrency=25, prefetch=0):  # max_attempts=1: a counted claim would be fatal
+            await wait_until(lambda: all_finished(jq, 30), 30, "30 jobs")
+        assert (await jq.counts())["dead"] == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("block_leases", [True, None])
+async def test_short_jobs_under_block_leases_complete_once_each(zk_client, block_leases) -> None:
+    """block_leases=True from the first claim; None: item leases until handlers prove short, then block leases."""
+    async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+        await jq.add_all([(f"b-{i}", i) for i in range(400)])
+        runs: list[str] = []
+
+        async def quick(job):
+            runs.append(job.id)
+            await asyncio.sleep(0.001)
+            return job.params * 3
+
+        async with jq.work(quick, concurrency=40, block_leases=block_leases) as worker:
+            await wait_until(lambda: all_finished(jq, 400), 30, "400 jobs")
+        assert sorted(runs) == sorted(f"b-{i}" for i in range(400))  # each ran once
+        assert worker._short_jobs()  # block leases were (or became) in use
+        jobs = await jq.completed()
+        assert sorted((j.id, j.result, j.attempts) for j in jobs) == sorted((f"b-{i}", i * 3, 1) for i in range(400))
+        assert lock_nodes(zk_client, jq.sync.paths.locks) == []

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from zkqueue.aio.bridge import Offloader
 from zkqueue.engine.seams import Completion
+from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.queue import JobQueue
 from zkqueue.jobs.scope import HeldJob, finish_many, release_many
 
@@ -36,16 +37,20 @@ class JobSource(Protocol):
     def offloader(self) -> Offloader: ...
 
 
-async def claim_held(source: JobSource, max_jobs: int, wait: float | None) -> list[HeldJob]:
+async def claim_held(source: JobSource, max_jobs: int, wait: float | None, *,
+                     block_leases: bool = False) -> list[HeldJob]:
     """``claim_many`` in the offloader; if the awaiting task is cancelled, what the claim still returns is given
-    back (released) instead of being lost under a lease nobody ends."""
-    fut = source.offloader.submit(source.sync.claim_many, max_jobs, wait)
+    back with its attempts uncounted (nobody ran it) instead of being lost under a lease nobody ends."""
+    fut = source.offloader.submit(source.sync.claim_many, max_jobs, wait, block_leases=block_leases)
     try:
         return await asyncio.shield(fut)
     except asyncio.CancelledError:
+        outcomes = source.sync.outcomes
+
         def give_back(f: asyncio.Future[list[HeldJob]]) -> None:
             if not f.cancelled() and f.exception() is None and f.result():
-                source.offloader.submit_detached(release_many, f.result())
+                source.offloader.submit_detached(
+                    finish_many, [(h, outcomes.unstarted(Claimed(h.record, h.version))) for h in f.result()])
 
         fut.add_done_callback(give_back)
         raise

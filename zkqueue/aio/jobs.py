@@ -305,14 +305,18 @@ class AsyncJobQueue:
         return AsyncTakeScope(self, max_jobs, timeout)
 
     def work(self, handler: AsyncHandler, concurrency: int = 1, *, timeout: float | None = None,
-             slow_after: float | None = 0.1) -> AsyncWorker:
+             slow_after: float | None = 0.1, prefetch: int | None = None,
+             block_leases: bool | None = None) -> AsyncWorker:
         """Run ``await handler(job)`` for jobs on this loop, up to ``concurrency`` at once, until ``await
         worker.stop()`` or close(): its return value is stored as the result; an exception (or running past the
         job's ``timeout``, else this ``timeout``) retries the job or sends it to the dead letters. A handler step
-        that blocks the loop longer than ``slow_after`` seconds is reported once per job. See
-        :mod:`zkqueue.aio.worker`. Call it from a coroutine (it starts a task on the running loop)."""
+        that blocks the loop longer than ``slow_after`` seconds is reported once per job. ``prefetch`` jobs (default:
+        ``concurrency``; 0: none) are claimed ahead of free slots. ``block_leases``: hold claimed jobs under block
+        leases (True), item leases (False), or block leases while handlers take a second or less on average (None);
+        see :mod:`zkqueue.aio.worker`. Call it from a coroutine (it starts a task on the running loop)."""
         self._check_open()
-        worker = AsyncWorker(self, handler, concurrency, timeout, slow_after, on_stopped=self._forget_worker)
+        worker = AsyncWorker(self, handler, concurrency, timeout, slow_after, on_stopped=self._forget_worker,
+                             prefetch=prefetch, block_leases=block_leases)
         self._workers.append(worker)
         return worker
 

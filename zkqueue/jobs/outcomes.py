@@ -78,6 +78,11 @@ class JobOutcomes:
         self.count("dead_lettered")
         return store.finish(self._paths, record, claimed.version, JobState.DEAD, self._acl, errors=errors)
 
+    def unstarted(self, claimed: Claimed) -> Completion:
+        """A claimed job given back before its handler started: released, its attempt not counted."""
+        self.count("returned")
+        return store.unclaim(self._paths, claimed.record, claimed.version)
+
     def job(self, record: Record) -> Job:
         return Job(
             id=record.id,

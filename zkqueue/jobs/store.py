@@ -86,6 +86,14 @@ def claim_ops(paths: Paths, record: Record, version: int) -> tuple[Record, list[
     return active, [protocol.SetDataOp(paths.record(record.id), active.encode(), version)]
 
 
+def unclaim(paths: Paths, record: Record, version: int) -> Completion:
+    """Give back a claimed job that never ran (a worker's prefetch at stop): the item stays where it is and the
+    record is as before the claim, its attempt uncounted (version-checked, in the release's multi)."""
+    attempts = max(0, record.attempts - 1)
+    before = record.moved(JobState.RETRYING if record.errors else JobState.QUEUED, attempts=attempts)
+    return Completion.release(extra_ops=[protocol.SetDataOp(paths.record(record.id), before.encode(), version)])
+
+
 def finish(paths: Paths, record: Record, version: int, state: JobState, acl: Any, **changes: Any) -> Completion:
     """Ack the item; the record moves from ``records/`` to ``completed/`` or ``dead/``, in the same multi."""
     final = record.moved(state, **changes)
@@ -136,4 +144,5 @@ def due_at(delay: float | None, run_at: datetime | None = None) -> int:
     return 0 if not delay or delay <= 0 else now_ms() + int(delay * 1000)
 
 
-__all__ = ["ITEM_DATA", "Paths", "add_ops", "claim_ops", "due_at", "finish", "item_name", "redrive_ops", "retry"]
+__all__ = ["ITEM_DATA", "Paths", "add_ops", "claim_ops", "due_at", "finish", "item_name", "redrive_ops", "retry",
+           "unclaim"]
