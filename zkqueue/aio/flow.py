@@ -33,9 +33,10 @@ from typing import Any, Callable, Sequence
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from zkqueue.aio.lifecycle import Opened
 from zkqueue.aio.bridge import Offloader, from_kazoo, to_loop
 from zkqueue.aio.flow_worker import AsyncFlowWorker
-from zkqueue.errors import ConfigurationError, QueueClosedError, QueueStateError
+from zkqueue.errors import ConfigurationError, QueueStateError
 from zkqueue.flows.flow import Flow
 from zkqueue.flows.model import FlowJob, FlowRecord
 from zkqueue.jobs import Keep, RetryPolicy
@@ -44,13 +45,15 @@ from zkqueue.jobs.model import check_timeout
 log = logging.getLogger("zkqueue.aio.flow")
 
 
-class AsyncFlow:
+class AsyncFlow(Opened):
     """A flow at ``path`` for asyncio code: define steps with :meth:`step`, then ``async with flow:``.
 
     ``retry``, ``acl``, ``keep`` and ``reap_interval`` are those of :class:`~zkqueue.flows.Flow`.
     ``executor_threads`` sizes the thread pool of the blocking seams; None (default) picks 4 plus one per step
     when the flow starts, since each step's claim loop keeps one thread waiting for due jobs.
     """
+
+    kind = "flow"
 
     def __init__(self, client: KazooClient, path: str, *, retry: RetryPolicy | None = None,
                  acl: Sequence[Any] | None = None, keep: Keep | None = Keep(), reap_interval: float = 60.0,
@@ -126,18 +129,6 @@ class AsyncFlow:
         finally:
             off.shutdown()
 
-    async def __aenter__(self) -> AsyncFlow:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self.close()
-
-    def _check_open(self) -> None:
-        if self._state == "closed":
-            raise QueueClosedError(f"flow {self.path} is closed")
-        if self._state != "started":
-            raise ConfigurationError(f"flow {self.path} is not started; use 'async with' or await start()")
 
     # ------------------------------------------------------------------------------------------ adding
     async def add(self, params: Any, job_id: str | None = None, *, step: str | None = None) -> str | None:

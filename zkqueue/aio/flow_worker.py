@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from zkqueue.aio.bridge import Offloader
 from zkqueue.aio.held import claim_held
+from zkqueue.aio.lifecycle import WorkerTask
 from zkqueue.aio.watchdog import SlowSteps
 from zkqueue.aio.worker import JobTimeoutError
 from zkqueue.errors import ConfigurationError, QueueClosedError
@@ -66,7 +67,7 @@ def is_async_handler(handler: Any) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
 
 
-class AsyncFlowWorker:
+class AsyncFlowWorker(WorkerTask["AsyncFlowWorker"]):
     """Coroutine step handlers of one flow on the running loop (see the module docs). Made by
     :meth:`AsyncFlow.work <zkqueue.aio.AsyncFlow.work>`; ``await worker.stop()`` drains it, cancelling
     :attr:`task` gives running jobs back."""
@@ -82,23 +83,20 @@ class AsyncFlowWorker:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if slow_after is not None and not slow_after > 0:
             raise ConfigurationError(f"slow_after must be seconds > 0 or None, got {slow_after!r}")
+        super().__init__(on_stopped)
         self._flow = flow
         self._off = offloader
         self._steps = steps
         self.concurrency = concurrency
         self._timeouts = timeouts
         self._slow = SlowSteps(slow_after, flow.paths.root)
-        self._on_stopped = on_stopped
-        self._stopping = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._committing: set[asyncio.Future[Any]] = set()  # offloaded begin/settle calls under way
         self._give_back: list[HeldJob] = []
         self._counts = dict.fromkeys((ends.COMPLETED, ends.RETRIED, ends.DEAD, ends.DROPPED, ends.RELEASED,
                                       "timed_out"), 0)
         self.peak_in_flight = 0
-        #: The worker's task: cancel it to stop at once (running jobs are given back), await it to wait.
-        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
-            self._run(), name=f"zkqueue-aio-flow-{flow.paths.root}")
+        self._begin(self._run(), f"zkqueue-aio-flow-{flow.paths.root}")
 
     @property
     def in_flight(self) -> int:
@@ -226,15 +224,6 @@ class AsyncFlowWorker:
         self.peak_in_flight = max(self.peak_in_flight, len(self._running))
         return task
 
-    async def _wait_for(self, event: asyncio.Event, timeout: float | None = None) -> None:
-        """Until ``event`` or stop() (or ``timeout`` seconds)."""
-        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._stopping.wait())]
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-
     async def _offload(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the offloader, carried through to its end even if this task is cancelled."""
         fut = self._off.submit(fn, *args)
@@ -288,18 +277,3 @@ class AsyncFlowWorker:
         self._counts[outcome] += 1
 
     # ------------------------------------------------------------------------------------------ stopping
-    async def stop(self) -> None:
-        """Stop claiming, let the running handlers finish, commit their ends. Idempotent; returns when done."""
-        self._stopping.set()
-        await asyncio.gather(self.task, return_exceptions=True)
-        if self._on_stopped is not None:
-            self._on_stopped(self)
-
-    def __await__(self) -> Any:
-        return self.task.__await__()
-
-    async def __aenter__(self) -> AsyncFlowWorker:
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self.stop()

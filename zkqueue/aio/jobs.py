@@ -27,6 +27,7 @@ from kazoo.exceptions import NoNodeError
 
 from zkqueue.aio.bridge import Offloader, from_kazoo, to_loop
 from zkqueue.aio.held import claim_held, end_held
+from zkqueue.aio.lifecycle import Opened
 from zkqueue.aio.worker import AsyncHandler, AsyncWorker
 from zkqueue.engine.seams import Completion
 from zkqueue.errors import ConfigurationError, JobNotFoundError, QueueClosedError, ZkQueueError
@@ -197,13 +198,15 @@ class AsyncTakeScope:
         await asyncio.shield(work)  # a cancelled exit still ends every job (in the background)
 
 
-class AsyncJobQueue:
+class AsyncJobQueue(Opened):
     """A job queue at ``path`` for asyncio code: ``async with AsyncJobQueue(client, "/jobs/mail") as jq:``.
 
     Every keyword of :class:`~zkqueue.jobs.JobQueue` (``retry``, ``serializer``, ``keep_completed``,
     ``rate_limit``, ...) is passed on. ``executor_threads`` sizes the one thread pool that runs the sync seams
     (see the module docs); ``add_batch`` is the most jobs one coalesced add sends.
     """
+
+    kind = "job queue"
 
     def __init__(self, client: KazooClient, path: str, *, executor_threads: int = 4,
                  add_batch: int = DEFAULT_ADD_BATCH, **job_queue_options: Any) -> None:
@@ -251,18 +254,6 @@ class AsyncJobQueue:
         finally:
             self.offloader.shutdown()
 
-    async def __aenter__(self) -> AsyncJobQueue:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self.close()
-
-    def _check_open(self) -> None:
-        if self._state == "closed":
-            raise QueueClosedError(f"job queue {self.path} is closed")
-        if self._state != "started":
-            raise ConfigurationError(f"job queue {self.path} is not started; use 'async with' or await start()")
 
     def _forget_worker(self, worker: AsyncWorker) -> None:
         if worker in self._workers:

@@ -34,6 +34,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable
 
 from zkqueue.aio.held import Finisher, JobSource, claim_held
+from zkqueue.aio.lifecycle import WorkerTask
 from zkqueue.aio.watchdog import SlowSteps
 from zkqueue.errors import ConfigurationError, QueueClosedError, ZkQueueError
 from zkqueue.jobs.claims import Claimed
@@ -58,7 +59,7 @@ class JobTimeoutError(ZkQueueError, TimeoutError):
     """A job's handler ran past its ``timeout`` and was cancelled: the attempt failed (what the record keeps)."""
 
 
-class AsyncWorker:
+class AsyncWorker(WorkerTask["AsyncWorker"]):
     """Coroutine handlers of one job queue on the running loop (see the module docs). Made by
     :meth:`AsyncJobQueue.work <zkqueue.aio.AsyncJobQueue.work>`; ``await worker.stop()`` drains it. ``jq`` is the
     queue it claims from; ``on_stopped`` is called with the worker once :meth:`stop` has drained it (the queue
@@ -81,8 +82,8 @@ class AsyncWorker:
             raise ConfigurationError(f"prefetch must be an int >= 0 or None, got {prefetch!r}")
         if slow_after is not None and not slow_after > 0:
             raise ConfigurationError(f"slow_after must be seconds > 0 or None, got {slow_after!r}")
+        super().__init__(on_stopped)
         self._jq = jq
-        self._on_stopped = on_stopped
         self._handler = handler
         self._outcomes = jq.sync.outcomes  # the job layer's own ends: same records, tallies and logs
         self.concurrency = concurrency
@@ -94,14 +95,11 @@ class AsyncWorker:
         self._running: set[asyncio.Task[None]] = set()
         self._ready: deque[HeldJob] = deque()  # claimed ahead, not started
         self._freed = asyncio.Event()
-        self._stopping = asyncio.Event()
         self._counts = {"completed": 0, "failed": 0, "timed_out": 0, "released": 0, "returned": 0}
         self.peak_in_flight = 0
         self._block_leases = block_leases
         self._mean_run: float | None = None  # seconds per handler run (see _short_jobs)
-        #: The claim loop's task: cancel it to stop at once (running jobs are given back), await it to wait.
-        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
-            self._run(), name=f"zkqueue-aio-worker-{jq.path}")
+        self._begin(self._run(), f"zkqueue-aio-worker-{jq.path}")
 
     @property
     def in_flight(self) -> int:
@@ -182,15 +180,6 @@ class AsyncWorker:
         self._start_ready()
         self._freed.set()
 
-    async def _wait_for(self, event: asyncio.Event, timeout: float | None = None) -> None:
-        """Until ``event`` or stop() (or ``timeout`` seconds)."""
-        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._stopping.wait())]
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-
     async def _one(self, held: HeldJob) -> None:
         record = held.record
         claimed = Claimed(record, held.version)
@@ -223,19 +212,3 @@ class AsyncWorker:
         self._note_run(loop.time() - started)
         self._counts["completed"] += 1
         self._finisher.finish(held, self._outcomes.success(claimed, result))
-
-    async def stop(self) -> None:
-        """Stop claiming, let the running handlers finish, commit their ends. Idempotent; returns when done."""
-        self._stopping.set()
-        await asyncio.gather(self.task, return_exceptions=True)
-        if self._on_stopped is not None:
-            self._on_stopped(self)
-
-    def __await__(self) -> Any:
-        return self.task.__await__()
-
-    async def __aenter__(self) -> AsyncWorker:
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self.stop()

@@ -1,0 +1,87 @@
+"""What the async classes share. Workers (:class:`WorkerTask`): a claim loop running as a task on the loop, stopped
+by :meth:`WorkerTask.stop` (``await worker.stop()`` or ``async with worker``), and awaitable as that task. Queues and
+flows (:class:`Opened`): ``async with`` over ``start()`` and ``close()``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Generic, TypeVar
+
+from zkqueue.errors import ConfigurationError, QueueClosedError
+
+W = TypeVar("W", bound="WorkerTask[Any]")
+
+
+class WorkerTask(Generic[W]):
+    """Base of :class:`~zkqueue.aio.worker.AsyncWorker` and :class:`~zkqueue.aio.flow_worker.AsyncFlowWorker`.
+    A subclass calls :meth:`_begin` with its claim loop at the end of ``__init__``; the loop ends when
+    ``_stopping`` is set."""
+
+    task: asyncio.Task[None]
+
+    def __init__(self, on_stopped: Callable[[Any], None] | None) -> None:
+        self._on_stopped = on_stopped
+        self._stopping = asyncio.Event()
+
+    def _begin(self, run: Any, name: str) -> None:
+        #: The claim loop's task: cancel it to stop at once (running jobs are given back), await it to wait.
+        self.task = asyncio.get_running_loop().create_task(run, name=name)
+
+    async def _wait_for(self, event: asyncio.Event, timeout: float | None = None) -> None:
+        """Until ``event`` or stop() (or ``timeout`` seconds)."""
+        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._stopping.wait())]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def stop(self) -> None:
+        """Stop claiming, let the running handlers finish, commit their ends. Idempotent; returns when done."""
+        self._stopping.set()
+        await asyncio.gather(self.task, return_exceptions=True)
+        if self._on_stopped is not None:
+            self._on_stopped(self)
+
+    def __await__(self) -> Any:
+        return self.task.__await__()
+
+    async def __aenter__(self: W) -> W:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.stop()
+
+
+S = TypeVar("S", bound="Opened")
+
+
+class Opened:
+    """``async with`` over ``start()`` / ``close()`` for the async queues and flows, and the check that calls
+    needing a started object make (``kind`` names the object in its errors)."""
+
+    kind = "object"
+    _state = "new"
+
+    @property
+    def path(self) -> str:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self: S) -> S:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._state == "closed":
+            raise QueueClosedError(f"{self.kind} {self.path} is closed")
+        if self._state != "started":
+            raise ConfigurationError(f"{self.kind} {self.path} is not started; use 'async with' or await start()")
