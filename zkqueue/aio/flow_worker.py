@@ -79,15 +79,10 @@ class AsyncFlowWorker(WorkerTask["AsyncFlowWorker"]):
             if not is_async_handler(step.handler):
                 raise ConfigurationError(f"the handler of step {step.name!r} must be a coroutine function "
                                          f"(async def), got {step.handler!r}; thread handlers go to Flow.work")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
-        if slow_after is not None and not slow_after > 0:
-            raise ConfigurationError(f"slow_after must be seconds > 0 or None, got {slow_after!r}")
-        super().__init__(on_stopped)
+        super().__init__(on_stopped, concurrency, slow_after)
         self._flow = flow
         self._off = offloader
         self._steps = steps
-        self.concurrency = concurrency
         self._timeouts = timeouts
         self._slow = SlowSteps(slow_after, flow.paths.root)
         self._running: set[asyncio.Task[None]] = set()

@@ -19,7 +19,13 @@ class WorkerTask(Generic[W]):
 
     task: asyncio.Task[None]
 
-    def __init__(self, on_stopped: Callable[[Any], None] | None) -> None:
+    def __init__(self, on_stopped: Callable[[Any], None] | None, concurrency: int, slow_after: float | None) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if slow_after is not None and not slow_after > 0:
+            raise ConfigurationError(f"slow_after must be seconds > 0 or None, got {slow_after!r}")
+        #: Handlers in flight at most.
+        self.concurrency = concurrency
         self._on_stopped = on_stopped
         self._stopping = asyncio.Event()
 

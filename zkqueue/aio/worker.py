@@ -74,19 +74,14 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
                 or inspect.iscoroutinefunction(getattr(handler, "__call__", None))):
             raise ConfigurationError(f"handler must be a coroutine function (async def), got {handler!r}; "
                                      "thread handlers go to JobQueue.work")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        super().__init__(on_stopped, concurrency, slow_after)
         if prefetch is None:
             prefetch = concurrency
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ConfigurationError(f"prefetch must be an int >= 0 or None, got {prefetch!r}")
-        if slow_after is not None and not slow_after > 0:
-            raise ConfigurationError(f"slow_after must be seconds > 0 or None, got {slow_after!r}")
-        super().__init__(on_stopped)
         self._jq = jq
         self._handler = handler
         self._outcomes = jq.sync.outcomes  # the job layer's own ends: same records, tallies and logs
-        self.concurrency = concurrency
         #: Jobs claimed ahead of free slots (see the module docs).
         self.prefetch = prefetch
         self._timeout = check_timeout(timeout)
