@@ -309,3 +309,31 @@ async def test_short_jobs_under_block_leases_complete_once_each(zk_client, block
         jobs = await jq.completed()
         assert sorted((j.id, j.result, j.attempts) for j in jobs) == sorted((f"b-{i}", i * 3, 1) for i in range(400))
         assert lock_nodes(zk_client, jq.sync.paths.locks) == []
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_landing_as_a_slot_frees_gives_the_next_claimed_job_back(zk_client) -> None:
+    """A slot that frees starts the next claimed-ahead job as a task; a cancellation handled before that task's
+    first step must still give that job back (it never ran), not leave it locked by nobody."""
+    async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+        await jq.add_all([("a", 1), ("b", 2)])
+        ran: list[str] = []
+        worker = None
+
+        async def handler(job):
+            ran.append(job.id)
+            if job.id == "a":
+                while worker.stats()["prefetched"] < 1:
+                    await asyncio.sleep(0.01)
+                asyncio.get_running_loop().call_soon(worker.task.cancel)  # lands as "a" ends
+            return job.params
+
+        worker = jq.work(handler, concurrency=1, prefetch=1, block_leases=False)
+        await asyncio.gather(worker.task, return_exceptions=True)
+        assert ran == ["a"] and worker.stats()["returned"] == 1
+        assert lock_nodes(zk_client, jq.sync.paths.locks) == []
+        b = await jq.get("b")
+        assert b.state is JobState.QUEUED and b.attempts == 0
+        async with jq.work(handler, concurrency=1):
+            await wait_until(lambda: all_finished(jq, 2), 20, "both jobs")
+        assert ran == ["a", "b"]

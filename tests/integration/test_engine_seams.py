@@ -293,3 +293,22 @@ def test_pull_claims_under_block_leases_hold_one_lock_per_block(zk_client) -> No
         q.complete_nodes(rest + again)
         assert zk_client.get_children(QPATH) == [] and lock_nodes(zk_client, LPATH) == []
         assert q.stats().lost_races == 0 and q.stats().lock_lost == 0
+
+
+def test_a_pull_completion_refused_after_a_session_expiry_leaves_the_node_claimable(zk_client) -> None:
+    """The name of a node whose completion was refused (the session expired: lock lost, the node stays) must not
+    stay skipped as if it were gone: a later claim gets it again."""
+    fill(zk_client, ["a"])
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        held = q.claim_nodes(1, timeout=5)
+        assert [o.items for o in held] == [["a"]]
+        expire_session(zk_client)
+        held[0].completion = Completion.ack()
+        q.complete_nodes(held)
+        assert q.stats().lock_lost == 1 and len(zk_client.get_children(QPATH)) == 1
+        again = q.claim_nodes(1, timeout=10)
+        assert [o.items for o in again] == [["a"]]
+        again[0].completion = Completion.ack()
+        q.complete_nodes(again)
+        assert zk_client.get_children(QPATH) == []

@@ -61,3 +61,18 @@ def test_a_plain_scan_hands_out_its_list_in_batches() -> None:
     scan = DueScan(["x", "y", "z"], wait=2.0)
     assert scan.take(2) == ["x", "y"] and scan.take(2) == ["z"] and scan.take(2) == []
     assert scan.next_due is not None and 1.5 < scan.next_due - time.monotonic() <= 2.0
+
+
+def test_a_slow_parse_never_makes_a_name_due_early() -> None:
+    """Each kept due instant is the one in the name: the time spent parsing the other new names does not move it
+    earlier (it was read as now + delay with "now" taken before the parse)."""
+    due_ms = int(time.time() * 1000) + 1000
+    listing = [job_name(i, due_ms) for i in range(150)]
+
+    def slow_delay(name: str) -> float:
+        time.sleep(0.004)  # 150 names: 0.6 s of parsing, well before the due time
+        return delay_of(name)
+
+    scan = KeptOrder(names.sort_key, slow_delay).due(listing, lambda n: False)
+    assert time.time() * 1000 < due_ms  # still before the due time
+    assert scan.take(1000) == []

@@ -47,8 +47,10 @@ log = logging.getLogger("zkqueue.aio.worker")
 CLAIM_WAIT = 0.5
 #: Handlers whose mean run is at most this many seconds get their jobs claimed under block leases (a claim of
 #: hundreds of jobs then writes a lock per 64 of them, not a lock and a fence per job); a job that runs long holds
-#: back the other jobs of its block (those not claimed with it) until it ends.
-BLOCK_LEASE_HANDLER_SECONDS = 1.0
+#: back the other jobs of its block (those not claimed with it) until it ends. Well under the engine's downgrade
+#: of block leases held a second (zkqueue.engine.leases.DOWNGRADE_AFTER): a claimed-ahead job waits about one
+#: handler run for its slot, then runs one.
+BLOCK_LEASE_HANDLER_SECONDS = 0.25
 #: Seconds to wait after a claim failed (e.g. the connection is lost) before the next one.
 CLAIM_ERROR_PAUSE = 1.0
 
@@ -89,6 +91,8 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
         self._finisher = Finisher(jq)
         self._running: set[asyncio.Task[None]] = set()
         self._ready: deque[HeldJob] = deque()  # claimed ahead, not started
+        self._jobs: dict[asyncio.Task[None], HeldJob] = {}  # the job of each running task
+        self._begun: set[int] = set()  # ids of the held jobs whose task has started
         self._freed = asyncio.Event()
         self._counts = {"completed": 0, "failed": 0, "timed_out": 0, "released": 0, "returned": 0}
         self.peak_in_flight = 0
@@ -159,6 +163,7 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
         while self._ready and len(self._running) < self.concurrency and not self._stopping.is_set():
             h = self._ready.popleft()
             task = loop.create_task(self._one(h), name=f"zkqueue-aio-job-{h.record.id}")
+            self._jobs[task] = h
             self._running.add(task)
             task.add_done_callback(self._done)
         self.peak_in_flight = max(self.peak_in_flight, len(self._running))
@@ -172,10 +177,17 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
+        h = self._jobs.pop(task, None)
+        if h is not None and id(h) not in self._begun:  # cancelled before its first step: it never ran
+            self._counts["returned"] += 1
+            self._finisher.finish(h, self._outcomes.unstarted(Claimed(h.record, h.version)))
+        elif h is not None:
+            self._begun.discard(id(h))
         self._start_ready()
         self._freed.set()
 
     async def _one(self, held: HeldJob) -> None:
+        self._begun.add(id(held))  # before any await: a task cancelled before this line is given back by _done
         record = held.record
         claimed = Claimed(record, held.version)
         timeout = record.timeout if record.timeout is not None else self._timeout

@@ -35,6 +35,7 @@ import enum
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -177,6 +178,7 @@ class Leases:
         self._fence: str | None = None
         self._fence_session: int | None = None
         self._unreleased: list[Lease] = []  # block releases whose outcome is unknown (see release_blocks)
+        self._releasing: Counter[int] = Counter()  # blocks whose lock release_blocks is deleting now
         self._peers: tuple[int, int] = (0, 1)
         self._peers_at = 0.0
 
@@ -269,9 +271,12 @@ class Leases:
 
     # ------------------------------------------------------------------------------------- claims
     def held_blocks(self) -> frozenset[int]:
-        """The blocks this instance holds now."""
+        """The blocks this instance holds now, or is still releasing: a block is not claimed again while its old
+        lock's delete is unsettled (a delete whose reply was lost is checked by owner and data, which a new claim
+        of this instance would share, so the check could delete the new lock)."""
         with self._state:
-            return frozenset(self._blocks)
+            return frozenset(self._blocks).union(
+                self._releasing, (lease.block for lease in self._unreleased if lease.block is not None))
 
     def send_block_claims(self, by_block: dict[int, list[str]], *, together: bool = False) -> list[BlockClaim]:
         """Send the claims of blocks (first sequence -> the names to take in it) without waiting: one multi per
@@ -504,6 +509,20 @@ class Leases:
         """
         if not leases:
             return
+        blocks = [lease.block for lease in leases if lease.block is not None]
+        with self._state:
+            self._releasing.update(blocks)
+        try:
+            self._release_blocks(leases, unsure)
+        finally:
+            self._done_releasing(blocks)
+
+    def _done_releasing(self, blocks: list[int]) -> None:
+        with self._state:
+            self._releasing.subtract(blocks)
+            self._releasing += Counter()  # drops the blocks at zero
+
+    def _release_blocks(self, leases: Sequence[Lease], unsure: bool) -> None:
         if unsure:
             self._release_if_ours(list(leases))
             return
@@ -567,12 +586,17 @@ class Leases:
         """Settle block releases whose outcome was unknown; True while some remain."""
         with self._state:
             pending, self._unreleased = self._unreleased, []
-        if pending:
-            if not self._ctx.connection.connected.is_set():
-                with self._state:
-                    self._unreleased[:0] = pending
-                return True
-            self._release_if_ours(pending)
+            blocks = [lease.block for lease in pending if lease.block is not None]
+            self._releasing.update(blocks)  # in the same breath: their blocks never look free meanwhile
+        try:
+            if pending:
+                if not self._ctx.connection.connected.is_set():
+                    with self._state:
+                        self._unreleased[:0] = pending
+                    return True
+                self._release_if_ours(pending)
+        finally:
+            self._done_releasing(blocks)
         with self._state:
             return bool(self._unreleased)
 

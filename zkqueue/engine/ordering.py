@@ -51,7 +51,6 @@ class KeptOrder:
 
     def _update(self, present: list[str]) -> None:
         names = frozenset(present)
-        now = time.time()
         if names == self._names:
             return
         keys = self._keys
@@ -60,7 +59,7 @@ class KeptOrder:
         for n in new:
             if n not in keys:
                 keys[n] = self._order_key(n)
-            self._due[n] = now + self._get_delay(n)
+            self._due[n] = self._get_delay(n) + time.time()  # the clock read after the delay: never early
         new.sort(key=keys.__getitem__)
         self._order = list(heapq.merge(kept, new, key=keys.__getitem__)) if kept and new else kept or new
         if len(keys) > 2 * len(names) + 1024:  # forget names long gone

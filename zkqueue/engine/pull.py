@@ -25,6 +25,9 @@ from zkqueue.formats import naming
 
 log = logging.getLogger("zkqueue.engine.pull")
 
+#: Seconds a finished name is skipped while listings still show it (see :meth:`Puller._forget_skips`).
+SKIP_SECONDS = 2.0
+
 
 class Puller:
     """Claims due nodes of one queue on request."""
@@ -49,7 +52,10 @@ class Puller:
         self._kept = None if order_key is None else KeptOrder(order_key, get_delay)
         self._lock = threading.Lock()
         self._held: set[str] = set()  # names claimed and not completed yet
-        self._skip: set[str] = set()  # names finished for us (gone, quarantined) that a listing may still show
+        #: Names finished for us (gone, quarantined, or being completed) that a listing may still show, with the
+        #: time they were finished: see :meth:`_forget_skips`.
+        self._skip: dict[str, float] = {}
+        self._skip_lock = threading.Lock()  # completions add to it from other threads
 
     def claim(self, max_nodes: int, timeout: float | None, *, block_leases: bool = False) -> list[Outcome]:
         """Up to ``max_nodes`` claimed nodes, at least one; [] if none was due within ``timeout`` seconds. With
@@ -59,13 +65,16 @@ class Puller:
             version = -1
             while self._ctx.is_running():
                 self._taker.retry_deferred()
-                self._skip.difference_update(self._taker.take_released())
+                released = self._taker.take_released()
+                with self._skip_lock:
+                    for name in released:
+                        self._skip.pop(name, None)
                 if self._cache.stale:
                     self._cache.request_sync()
                 snap = self._cache.snapshot
                 version = snap.version
                 present = [n for n in snap.children if naming.is_item_name(n)]
-                self._skip.intersection_update(present)
+                recheck = self._forget_skips(present)
                 due = self._due(present)
                 locked = False
                 while batch := due.take(max_nodes):
@@ -77,7 +86,7 @@ class Puller:
                     due.give_back(batch[tried:])
                     locked = locked or batch_locked
                     taken = {o.name for o in outcomes}
-                    self._skip.update(n for n in handled if n not in taken)
+                    self._skip_names(n for n in handled if n not in taken)
                     outcomes = self._read_large(outcomes)
                     if outcomes:
                         self._held.update(o.name for o in outcomes)
@@ -88,6 +97,8 @@ class Puller:
                 wait = None if deadline is None else deadline - now
                 if locked:
                     wait = LOCKED_RETRY_SECONDS if wait is None else min(wait, LOCKED_RETRY_SECONDS)
+                if recheck is not None:
+                    wait = recheck if wait is None else min(wait, recheck)
                 if due.next_due is not None:
                     to_due = max(0.0, due.next_due - now)
                     wait = to_due if wait is None else min(wait, to_due)
@@ -140,7 +151,31 @@ class Puller:
         """Names whose nodes are gone (or going: a completion the completer retries stays ours) are not claimed
         again while the children cache still lists them: a claim that meets them fails, and the claim's multi
         is split group by group, one round trip per name."""
-        self._skip.update(o.name for o in outcomes)
+        self._skip_names(o.name for o in outcomes)
+
+    def _skip_names(self, names: Iterable[str]) -> None:
+        now = time.monotonic()
+        with self._skip_lock:
+            self._skip.update((name, now) for name in names)
+
+    def _forget_skips(self, present: list[str]) -> float | None:
+        """Skip a finished name while it is listed and its end is recent: the listing may not show the end yet
+        (the watch that brings the next listing is on its way). A name still listed :data:`SKIP_SECONDS` after its
+        end was not deleted (its completion was refused, e.g. the session had expired), or the listing is late: it
+        can be claimed again (a claim of a node that is gone costs one failed try). Returns in how many seconds a
+        skipped name should be looked at again (None: none is skipped)."""
+        listed = set(present)
+        now = time.monotonic()
+        recheck: float | None = None
+        with self._skip_lock:
+            kept: dict[str, float] = {}
+            for name, at in self._skip.items():
+                left = SKIP_SECONDS - (now - at)
+                if name in listed and left > 0:
+                    kept[name] = at
+                    recheck = left if recheck is None else min(recheck, left)
+            self._skip = kept
+        return recheck
 
     def release(self, outcomes: list[Outcome]) -> None:
         """Give claimed nodes back untouched."""
