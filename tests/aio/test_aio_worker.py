@@ -337,3 +337,30 @@ async def test_a_cancel_landing_as_a_slot_frees_gives_the_next_claimed_job_back(
         async with jq.work(handler, concurrency=1):
             await wait_until(lambda: all_finished(jq, 2), 20, "both jobs")
         assert ran == ["a", "b"]
+
+
+@pytest.mark.asyncio
+async def test_a_job_given_back_unstarted_gets_its_state_before_the_claim(zk_client) -> None:
+    """unclaim restores QUEUED for a job with no attempt left counted, also one redriven from the dead letters with
+    its errors kept, and RETRYING for a job with earlier attempts."""
+    from zkqueue.jobs.claims import Claimed
+    from zkqueue.jobs.scope import finish_many
+
+    async with AsyncJobQueue(zk_client, PATH, retry=RetryPolicy(max_attempts=1)) as jq:
+        await jq.add("boom", job_id="r-1")
+
+        async def fail(job):
+            raise RuntimeError("first run fails")
+
+        async with jq.work(fail, concurrency=1):
+            await wait_until(lambda: all_finished(jq, 1), 20, "the job to die")
+        assert await jq.retry_dead(["r-1"]) == 1
+
+        def claim_and_give_back() -> None:
+            (h,) = jq.sync.claim_many(1, 5.0)
+            assert h.record.attempts == 1
+            finish_many([(h, jq.sync.outcomes.unstarted(Claimed(h.record, h.version)))])
+
+        await asyncio.to_thread(claim_and_give_back)
+        job = await jq.get("r-1")
+        assert job.state is JobState.QUEUED and job.attempts == 0 and len(job.errors) == 1

@@ -90,7 +90,9 @@ def unclaim(paths: Paths, record: Record, version: int) -> Completion:
     """Give back a claimed job that never ran (a worker's prefetch at stop): the item stays where it is and the
     record is as before the claim, its attempt uncounted (version-checked, in the release's multi)."""
     attempts = max(0, record.attempts - 1)
-    before = record.moved(JobState.RETRYING if record.errors else JobState.QUEUED, attempts=attempts)
+    # QUEUED when no attempt is left counted (a new job, or one brought back from the dead letters with its errors
+    # kept); else it is waiting to run again after earlier attempts.
+    before = record.moved(JobState.RETRYING if attempts else JobState.QUEUED, attempts=attempts)
     return Completion.release(extra_ops=[protocol.SetDataOp(paths.record(record.id), before.encode(), version)])
 
 
