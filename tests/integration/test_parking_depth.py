@@ -86,7 +86,13 @@ def test_200k_parked_items_and_a_due_trickle(zk_client) -> None:
     assert set(numbers) == set(range(PARKED + len(trickle)))
     early = [(n, due, at) for n, due, at in got if at < due]
     assert not early, f"{len(early)} items arrived early, e.g. {early[:3]}"
+    # While the schedule is deep (before the 200k come due) the trickle is on time. Once they come due (20,000 a
+    # second for 10 s) a trickle item due then waits behind the ones due before it, as long as the consumer takes
+    # to catch up with the burst: that part only has to arrive, not be prompt (the consumer's speed is the
+    # benchmark's business, and it varies with the machine).
+    deep = sorted(at - due for n, due, at in got if n >= PARKED and due < base)
+    assert len(deep) > 100
+    assert deep[len(deep) // 2] < 1000 and deep[int(len(deep) * 0.99)] < 5000, (deep[len(deep) // 2], deep[-1])
     late = sorted(at - due for n, due, at in got if n >= PARKED)
-    assert len(late) > 100
-    assert late[len(late) // 2] < 1000 and late[int(len(late) * 0.99)] < 5000, (late[len(late) // 2], late[-1])
+    assert late[-1] < 60_000, late[-1]
     assert producer.stats().unparked + consumer.stats().unparked == parked  # each parked item moved once
