@@ -89,9 +89,8 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
         self._timeout = check_timeout(timeout)
         self._slow = SlowSteps(slow_after, jq.path)
         self._finisher = Finisher(jq)
-        self._running: set[asyncio.Task[None]] = set()
         self._ready: deque[HeldJob] = deque()  # claimed ahead, not started
-        self._jobs: dict[asyncio.Task[None], HeldJob] = {}  # the job of each running task
+        self._running: dict[asyncio.Task[None], HeldJob] = {}  # each running task and its job
         self._begun: set[int] = set()  # ids of the held jobs whose task has started
         self._freed = asyncio.Event()
         self._counts = {"completed": 0, "failed": 0, "timed_out": 0, "released": 0, "returned": 0}
@@ -163,8 +162,7 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
         while self._ready and len(self._running) < self.concurrency and not self._stopping.is_set():
             h = self._ready.popleft()
             task = loop.create_task(self._one(h), name=f"zkqueue-aio-job-{h.record.id}")
-            self._jobs[task] = h
-            self._running.add(task)
+            self._running[task] = h
             task.add_done_callback(self._done)
         self.peak_in_flight = max(self.peak_in_flight, len(self._running))
 
@@ -176,8 +174,7 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
             self._finisher.finish(h, self._outcomes.unstarted(Claimed(h.record, h.version)))
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
-        h = self._jobs.pop(task, None)
+        h = self._running.pop(task, None)
         if h is not None and id(h) not in self._begun:  # cancelled before its first step: it never ran
             self._counts["returned"] += 1
             self._finisher.finish(h, self._outcomes.unstarted(Claimed(h.record, h.version)))

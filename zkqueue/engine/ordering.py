@@ -30,7 +30,7 @@ class KeptOrder:
         self._order: list[str] = []
         self._names: frozenset[str] = frozenset()
 
-    def due(self, present: list[str], excluded: Callable[[str], bool]) -> DueScan:
+    def due(self, present: Iterable[str], excluded: Callable[[str], bool]) -> DueScan:
         """The names of ``present`` that are due and not ``excluded``, in order, found as they are taken (a claim
         that gets its nodes from the head of a long queue does not look at the rest)."""
         self._update(present)
@@ -49,8 +49,8 @@ class KeptOrder:
             elif not excluded(name):
                 yield name
 
-    def _update(self, present: list[str]) -> None:
-        names = frozenset(present)
+    def _update(self, present: Iterable[str]) -> None:
+        names = frozenset(present)  # the same object when given a frozenset
         if names == self._names:
             return
         keys = self._keys

@@ -73,7 +73,7 @@ class Puller:
                     self._cache.request_sync()
                 snap = self._cache.snapshot
                 version = snap.version
-                present = [n for n in snap.children if naming.is_item_name(n)]
+                present = frozenset(n for n in snap.children if naming.is_item_name(n))
                 recheck = self._forget_skips(present)
                 due = self._due(present)
                 locked = False
@@ -116,7 +116,7 @@ class Puller:
     def _excluded(self, name: str) -> bool:
         return name in self._held or name in self._skip
 
-    def _due(self, present: list[str]) -> DueScan:
+    def _due(self, present: frozenset[str]) -> DueScan:
         """The due names of ``present`` in consumption order (none held or finished by us), and in how many
         seconds the first one not due yet will be."""
         if self._kept is not None:
@@ -136,7 +136,7 @@ class Puller:
         try:
             self._taker.completer.complete(outcomes)
         finally:
-            self._finished(o for o in outcomes if o.completion is None or o.completion.action != "release")
+            self._skip_names(o.name for o in outcomes if o.completion is None or o.completion.action != "release")
             self._held.difference_update(o.name for o in outcomes)
 
     def forget(self, outcomes: list[Outcome]) -> None:
@@ -144,34 +144,30 @@ class Puller:
         try:
             self._taker.completer.forget([o.held for o in outcomes if o.held is not None])
         finally:
-            self._finished(outcomes)
+            self._skip_names(o.name for o in outcomes)
             self._held.difference_update(o.name for o in outcomes)
 
-    def _finished(self, outcomes: Iterable[Outcome]) -> None:
+    def _skip_names(self, names: Iterable[str]) -> None:
         """Names whose nodes are gone (or going: a completion the completer retries stays ours) are not claimed
         again while the children cache still lists them: a claim that meets them fails, and the claim's multi
-        is split group by group, one round trip per name."""
-        self._skip_names(o.name for o in outcomes)
-
-    def _skip_names(self, names: Iterable[str]) -> None:
+        is split group by group, one round trip per name. See :meth:`_forget_skips`."""
         now = time.monotonic()
         with self._skip_lock:
             self._skip.update((name, now) for name in names)
 
-    def _forget_skips(self, present: list[str]) -> float | None:
+    def _forget_skips(self, present: frozenset[str]) -> float | None:
         """Skip a finished name while it is listed and its end is recent: the listing may not show the end yet
         (the watch that brings the next listing is on its way). A name still listed :data:`SKIP_SECONDS` after its
         end was not deleted (its completion was refused, e.g. the session had expired), or the listing is late: it
         can be claimed again (a claim of a node that is gone costs one failed try). Returns in how many seconds a
         skipped name should be looked at again (None: none is skipped)."""
-        listed = set(present)
         now = time.monotonic()
         recheck: float | None = None
         with self._skip_lock:
             kept: dict[str, float] = {}
             for name, at in self._skip.items():
                 left = SKIP_SECONDS - (now - at)
-                if name in listed and left > 0:
+                if name in present and left > 0:
                     kept[name] = at
                     recheck = left if recheck is None else min(recheck, left)
             self._skip = kept
