@@ -53,6 +53,20 @@ _EXPORTS = {
     "PollingHandler": "zkqueue.transport.handler",
     "new_client": "zkqueue.transport.handler",
     "LargeItems": "zkqueue.engine.blobs",
+    "JobQueue": "zkqueue.jobs.queue",
+    "RetryPolicy": "zkqueue.jobs.retry",
+    "JobState": "zkqueue.jobs.model",
+    "Job": "zkqueue.jobs.model",
+    "ZkQueueError": "zkqueue.errors",
+    "ConfigurationError": "zkqueue.errors",
+    "JobFailedError": "zkqueue.errors",
+    "JobDeadError": "zkqueue.errors",
+    "JobNotFoundError": "zkqueue.errors",
+    "JobTimeoutError": "zkqueue.errors",
+    "WaitTimeoutError": "zkqueue.errors",
+    "SessionLostError": "zkqueue.errors",
+    "NonRetryableError": "zkqueue.errors",
+    "UnknownTaskError": "zkqueue.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -75,7 +89,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.recipes.ids import DistributedIdQueue
     from zkqueue.recipes.priority import DistributedPriorityQueue
     from zkqueue.recipes.sharder import LeaderLatch, QueueAllocator, QueueSharder, QueueSharderPolicies
-    from zkqueue.errors import NoSuchElementError
+    from zkqueue.errors import (
+        ConfigurationError,
+        JobDeadError,
+        JobFailedError,
+        JobNotFoundError,
+        JobTimeoutError,
+        NonRetryableError,
+        NoSuchElementError,
+        SessionLostError,
+        UnknownTaskError,
+        WaitTimeoutError,
+        ZkQueueError,
+    )
+    from zkqueue.jobs.model import Job, JobState
+    from zkqueue.jobs.queue import JobQueue
+    from zkqueue.jobs.retry import RetryPolicy
     from zkqueue.recipes.simple import SimpleDistributedQueue
 
 

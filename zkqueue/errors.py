@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ZkQueueError(Exception):
     """Base class of every zkqueue error."""
@@ -137,3 +139,81 @@ class PutOutcomeUnknown(ZkQueueError):
         super().__init__(message)
         self.marker = marker
         self.batch = batch
+
+
+class SessionLostError(ZkQueueError):
+    """The worker's ZooKeeper session ended while a request was outstanding: it expired, or the client did not
+    reconnect within the session timeout. Ephemeral locks of that session are gone; the task has to fail.
+    (Raised by :mod:`zkqueue.spark.clients`, which still exports the name.)"""
+
+
+class WaitTimeoutError(ZkQueueError, TimeoutError):
+    """A wait for a job's end (``JobQueue.wait_result``, ``JobHandle.result``, ``AsyncJobQueue.wait_result``)
+    ran out of time; the job itself goes on. A ``TimeoutError``, so ``except TimeoutError`` catches it."""
+
+
+class JobTimeoutError(ZkQueueError, TimeoutError):
+    """A job's handler ran past its ``timeout`` and was cancelled: the attempt failed (what the record keeps).
+    (Raised by the workers; :mod:`zkqueue.aio` still exports the name.)"""
+
+
+class JobFailedError(ZkQueueError):
+    """A job ended without a result: it is in the dead letters. ``job`` is its record (a
+    :class:`~zkqueue.jobs.Job`: attempts, every error kept), ``last_error`` its last error ("Type: message")."""
+
+    def __init__(self, job: Any) -> None:
+        super().__init__(f"job {job.id} is dead after {job.attempts} attempt(s): {job.last_error}")
+        self.job = job
+        self.last_error: str | None = job.last_error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job,))
+
+
+class JobDeadError(JobFailedError):
+    """The job ended in the dead letters: what :meth:`JobQueue.wait_result <zkqueue.jobs.JobQueue.wait_result>`,
+    ``JobHandle.result`` and :meth:`AsyncJobQueue.wait_result <zkqueue.aio.AsyncJobQueue.wait_result>` raise. A
+    :class:`JobFailedError`, so either name catches it."""
+
+
+class NonRetryableError(ZkQueueError):
+    """Base of the errors that never retry a job, whatever its :class:`~zkqueue.jobs.RetryPolicy` says: the
+    attempt that raises one sends the job to the dead letters (:meth:`RetryPolicy.retries
+    <zkqueue.jobs.RetryPolicy.retries>`). A task or handler may raise a subclass of its own to give up at once."""
+
+
+class UnknownTaskError(NonRetryableError, LookupError):
+    """A job names a task this app does not know (its module was not imported by the worker), or no task at all
+    (it was added by ``JobQueue.add``). ``task``, ``queue`` and ``job_id`` say which; never retried."""
+
+    def __init__(self, task: str | None, queue: str | None, job_id: str | None = None, *, app: str = "") -> None:
+        what = f"job {job_id!r}" if job_id is not None else "a job"
+        where = f" in queue {queue!r}" if queue is not None else ""
+        of = f" of {app}" if app else ""
+        if task is None:
+            message = (f"{what}{where} names no task (it was added by JobQueue.add, not by a task of the app): "
+                       f"an app{of} cannot run it")
+        else:
+            message = (f"{what}{where} is for task {task!r}, which the app{of} does not know: import the module "
+                       f"that defines it where the worker runs (or register it under that name)")
+        super().__init__(message)
+        self.task = task
+        self.queue = queue
+        self.job_id = job_id
+        self.app = app
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unknown_task, (self.task, self.queue, self.job_id, self.app))
+
+
+def _unknown_task(task: str | None, queue: str | None, job_id: str | None, app: str) -> UnknownTaskError:
+    return UnknownTaskError(task, queue, job_id, app=app)
+
+
+class TaskParamsError(NonRetryableError, ValueError):
+    """A task's job holds params that are not ``{"args": [...], "kwargs": {...}}``: it cannot be called; never
+    retried."""
+
+
+class DuplicateTaskError(ConfigurationError):
+    """A second, different function registered under a task name the app already has."""

@@ -30,7 +30,13 @@ from zkqueue.aio.held import claim_held, end_held
 from zkqueue.aio.lifecycle import Opened
 from zkqueue.aio.worker import AsyncHandler, AsyncWorker
 from zkqueue.engine.seams import Completion
-from zkqueue.errors import ConfigurationError, JobNotFoundError, QueueClosedError, ZkQueueError
+from zkqueue.errors import (  # JobDeadError: defined in zkqueue.errors, importable from here as before
+    ConfigurationError,
+    JobDeadError,
+    JobNotFoundError,
+    QueueClosedError,
+    WaitTimeoutError,
+)
 from zkqueue.formats import naming
 from zkqueue.jobs import names, store
 from zkqueue.jobs.claims import Claimed
@@ -43,14 +49,6 @@ log = logging.getLogger("zkqueue.aio.jobs")
 
 #: Most jobs in one coalesced add_all.
 DEFAULT_ADD_BATCH = 500
-
-
-class JobDeadError(ZkQueueError):
-    """:meth:`AsyncJobQueue.wait_result` of a job that ended in the dead letters; ``job`` is its record."""
-
-    def __init__(self, job: Job) -> None:
-        super().__init__(f"job {job.id} is dead after {job.attempts} attempt(s): {job.last_error}")
-        self.job = job
 
 
 class _Add:
@@ -323,10 +321,16 @@ class AsyncJobQueue(Opened):
 
     async def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
         """The result of job ``job_id`` once it completes: waits on ZooKeeper watches of its finished records
-        (no polling). Raises :class:`JobDeadError` if it ends in the dead letters, ``JobNotFoundError`` if there
-        is no such job, ``TimeoutError`` after ``timeout`` seconds."""
-        async with asyncio.timeout(timeout):
-            return await self._wait_result(job_id)
+        (no polling). Raises :class:`~zkqueue.errors.JobDeadError` if it ends in the dead letters,
+        ``JobNotFoundError`` if there is no such job, :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``)
+        after ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._wait_result(job_id)
+        except TimeoutError as exc:
+            if isinstance(exc, WaitTimeoutError):
+                raise
+            raise WaitTimeoutError(f"job {job_id!r} of {self.path} did not finish within {timeout}s") from exc
 
     async def _wait_result(self, job_id: str) -> Any:
         p = self.sync.paths

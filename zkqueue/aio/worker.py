@@ -36,7 +36,7 @@ from typing import Any, Awaitable, Callable
 from zkqueue.aio.held import Finisher, JobSource, claim_held
 from zkqueue.aio.lifecycle import WorkerTask
 from zkqueue.aio.watchdog import SlowSteps
-from zkqueue.errors import ConfigurationError, QueueClosedError, ZkQueueError
+from zkqueue.errors import ConfigurationError, JobTimeoutError, QueueClosedError  # JobTimeoutError: importable here
 from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.model import Job, check_timeout
 from zkqueue.jobs.scope import HeldJob
@@ -55,10 +55,6 @@ BLOCK_LEASE_HANDLER_SECONDS = 0.25
 CLAIM_ERROR_PAUSE = 1.0
 
 AsyncHandler = Callable[[Job], Awaitable[Any]]
-
-
-class JobTimeoutError(ZkQueueError, TimeoutError):
-    """A job's handler ran past its ``timeout`` and was cancelled: the attempt failed (what the record keeps)."""
 
 
 class AsyncWorker(WorkerTask["AsyncWorker"]):

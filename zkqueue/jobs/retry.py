@@ -8,7 +8,7 @@ from typing import Any
 
 import tenacity
 
-from zkqueue.errors import ConfigurationError
+from zkqueue.errors import ConfigurationError, NonRetryableError
 
 ExcTypes = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -25,7 +25,8 @@ class RetryPolicy:
     """``max_attempts`` runs at most (a run that killed its worker counts); between them ``backoff *
     2**(attempt-1)`` seconds, at most ``max_backoff``; with ``jitter`` a random wait up to that ("full jitter").
     ``retry_on``: only these exception types are retried (default: every Exception); ``give_up_on``: these go to
-    the dead letters at once."""
+    the dead letters at once. A :class:`~zkqueue.errors.NonRetryableError` (e.g. ``UnknownTaskError``) is never
+    retried, whatever ``retry_on`` says."""
 
     max_attempts: int = 3
     backoff: float = 1.0
@@ -54,7 +55,10 @@ class RetryPolicy:
         return float(self._wait()(_Attempt(attempt)))  # type: ignore[arg-type]
 
     def retries(self, error: BaseException, attempt: int) -> bool:
-        """Whether a job whose attempt number ``attempt`` failed with ``error`` runs again."""
+        """Whether a job whose attempt number ``attempt`` failed with ``error`` runs again (never for a
+        :class:`~zkqueue.errors.NonRetryableError`)."""
+        if isinstance(error, NonRetryableError):
+            return False
         if attempt >= self.max_attempts:
             return False
         if self.give_up_on and isinstance(error, self.give_up_on):

@@ -34,7 +34,7 @@ from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpir
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
-from zkqueue.errors import ConfigurationError, ZkQueueError
+from zkqueue.errors import ConfigurationError, SessionLostError  # SessionLostError: importable here as before
 from zkqueue.transport.handler import new_client
 
 log = logging.getLogger("zkqueue.spark.clients")
@@ -46,11 +46,6 @@ ACL_MODES = ("open", "creator")
 TRANSIENT_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 _ATTEMPTS = 6
 T = TypeVar("T")
-
-
-class SessionLostError(ZkQueueError):
-    """The worker's ZooKeeper session ended while a request was outstanding: it expired, or the client did not
-    reconnect within the session timeout. Ephemeral locks of that session are gone; the task has to fail."""
 
 
 @dataclass(frozen=True)
