@@ -338,6 +338,33 @@ class LeaseTaker:
     def _release_outcomes(self, outcomes: list[Outcome]) -> None:
         self._give_back([o.held for o in outcomes if o.held is not None])
 
+    def commit_fenced(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
+        """Commit ``ops_of[i]`` on held node ``outcomes[i]`` without ending it, each group fenced by the node's lease
+        (its session fence, and the item lease's fence child), many groups per multi. Per node: None (no ops),
+        False (its session, and so its lease, is gone) or the group's :class:`GroupOutcome`. Connection errors
+        propagate: whether the ops committed is then unknown."""
+        results: list[Any] = [None] * len(outcomes)
+        with self.leases.commit_lock:
+            by_fence: dict[str | None, list[int]] = {}
+            for i, o in enumerate(outcomes):
+                if ops_of[i]:
+                    assert o.held is not None
+                    by_fence.setdefault(o.held.lease.session_fence, []).append(i)
+            for fence, indexes in by_fence.items():
+                groups = []
+                for i in indexes:
+                    lease = outcomes[i].held.lease  # type: ignore[union-attr]
+                    item_fence = lease.fence if lease.kind is LeaseKind.ITEM else None
+                    groups.append(([check_op(item_fence)] if item_fence else []) + ops_of[i])
+                try:
+                    part = commit_groups(self._ctx, groups, prefix=self.leases.prefix_for(fence))
+                except PrefixFailedError:
+                    self.leases.fence_lost(fence)  # its session is gone, and the leases with it
+                    part = [False] * len(indexes)
+                for i, res in zip(indexes, part):
+                    results[i] = res
+        return results
+
     def _run_claim_hook(self, outcomes: list[Outcome], handled: list[str]) -> list[Outcome]:
         """Commit the claim hook's ops for ``outcomes`` (fenced); return the outcomes that may be delivered. Nodes
         the hook completes at once (it returned a Completion) are finished here and added to ``handled``."""
@@ -372,27 +399,9 @@ class LeaseTaker:
             self.completer.complete(at_once)
             handled.extend(o.name for o in at_once)
         failed_ids = {id(o) for o, _e in failed} | {id(o) for o in at_once}
-        results: list[Any] = [None] * len(outcomes)
         try:
-            with self.leases.commit_lock:
-                by_fence: dict[str | None, list[int]] = {}
-                for i, o in enumerate(outcomes):
-                    if id(o) not in failed_ids and ops_of[i]:
-                        assert o.held is not None
-                        by_fence.setdefault(o.held.lease.session_fence, []).append(i)
-                for fence, indexes in by_fence.items():
-                    groups = []
-                    for i in indexes:
-                        lease = outcomes[i].held.lease  # type: ignore[union-attr]
-                        item_fence = lease.fence if lease.kind is LeaseKind.ITEM else None
-                        groups.append(([check_op(item_fence)] if item_fence else []) + ops_of[i])
-                    try:
-                        part = commit_groups(ctx, groups, prefix=self.leases.prefix_for(fence))
-                    except PrefixFailedError:
-                        self.leases.fence_lost(fence)  # its session is gone, and the leases with it
-                        part = [False] * len(indexes)
-                    for i, res in zip(indexes, part):
-                        results[i] = res
+            results = self.commit_fenced(outcomes, [[] if id(o) in failed_ids else ops
+                                                   for o, ops in zip(outcomes, ops_of)])
         except CONNECTION_ERRORS as exc:
             # Unknown whether the claim ops committed: deliver nothing of this step; the nodes come back later.
             log.warning("claim ops on %s lost their reply (%r); giving the step back", ctx.queue_path, exc)

@@ -173,6 +173,10 @@ class Puller:
             self._skip = kept
         return recheck
 
+    def commit_held(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
+        """Ops on claimed nodes that stay held, fenced by their leases (see :meth:`LeaseTaker.commit_fenced`)."""
+        return self._taker.commit_fenced(outcomes, ops_of)
+
     def release(self, outcomes: list[Outcome]) -> None:
         """Give claimed nodes back untouched."""
         try:

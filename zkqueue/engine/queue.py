@@ -610,6 +610,14 @@ class DistributedQueue(Generic[T]):
         """Give nodes from :meth:`claim_nodes` back untouched."""
         self._pull().release(outcomes)
 
+    def commit_held(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
+        """Commit ``ops_of[i]`` on node ``outcomes[i]`` from :meth:`claim_nodes` while it stays held: fenced by its
+        lease (the session fence, and an item lease's fence child), many groups per multi. Per node: None (no
+        ops), False (its lease is gone with its session) or the group's ``GroupOutcome``. A seam for the job
+        layer, which counts an attempt when a claimed-ahead job starts."""
+        self._check_started()
+        return self._pull().commit_held(outcomes, ops_of)
+
     def forget_nodes(self, outcomes: list[Outcome]) -> None:
         """Drop nodes from :meth:`claim_nodes` that the caller ended in a multi of its own, built from the held
         lease's ack ops (which delete the node and the lease's lock): no request is sent. A seam for flows."""

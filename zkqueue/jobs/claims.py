@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
 from zkqueue.errors import CorruptItemError
@@ -30,6 +31,9 @@ class Claimed:
 
     record: Record
     version: int
+    #: False for a job claimed ahead without counting an attempt (see :meth:`JobClaims.uncounted`): its record is
+    #: as before the claim until it starts.
+    counted: bool = True
 
 
 #: The seam for a job out of attempts at claim time: ``on_exhausted(record, version)`` returns the completion that
@@ -61,6 +65,19 @@ class JobClaims(ClaimHook):
         self._lock = threading.Lock()
         self._read: dict[str, tuple[Record, int] | BaseException] = {}
         self._claimed: dict[str, Claimed] = {}
+        self._local = threading.local()  # per claiming thread: whether its claims count attempts (see uncounted)
+
+    @contextmanager
+    def uncounted(self) -> Iterator[None]:
+        """Claims made by this thread inside the block lease their jobs without counting an attempt: the record
+        stays as it is (QUEUED or RETRYING) until the job starts (:meth:`JobQueue.start_many
+        <zkqueue.jobs.JobQueue.start_many>` counts it then), so a worker that dies holding jobs it claimed ahead
+        costs them nothing. A job already out of attempts still ends at claim."""
+        self._local.uncounted = True
+        try:
+            yield
+        finally:
+            self._local.uncounted = False
 
     def admit(self, count: int, closing: threading.Event, timeout: float | None = None) -> int:
         """The rate limit's admission (all of ``count`` without one): see :class:`~zkqueue.jobs.rate.RateLimiter`."""
@@ -100,7 +117,7 @@ class JobClaims(ClaimHook):
         if read is None or isinstance(read, BaseException):
             return Completion.quarantine(f"job item without a readable record: {read!r}")
         record, version = read
-        if record.attempts >= self._retry.max_attempts:
+        if record.attempts >= self.max_attempts(record):
             log.warning("job %s used all %d attempts (its workers were lost); it goes to the dead letters",
                         record.id, record.attempts)
             if self._on_exhausted is not None:
@@ -113,10 +130,18 @@ class JobClaims(ClaimHook):
                     return completion
             errors = record.failed("worker lost: attempts exhausted without an outcome", "")
             return store.finish(self._paths, record, version, JobState.DEAD, self._acl, errors=errors)
+        if getattr(self._local, "uncounted", False):
+            with self._lock:
+                self._claimed[node.path] = Claimed(record, version, counted=False)
+            return ()
         active, ops = store.claim_ops(self._paths, record, version)
         with self._lock:
             self._claimed[node.path] = Claimed(active, version + 1)
         return ops
+
+    def max_attempts(self, record: Record) -> int:
+        """The attempts ``record`` may use: its own limit (a task's retry policy), else the queue's."""
+        return getattr(record, "max_attempts", None) or self._retry.max_attempts
 
     def claim_failed(self, node: ClaimedNode, error: BaseException | None) -> Completion:
         with self._lock:

@@ -29,7 +29,7 @@ from zkqueue.jobs import repeats as repeat_store
 from zkqueue.jobs.repeats import Repeat, Schedule
 from zkqueue.jobs.scheduler import Scheduler
 from zkqueue.jobs.retry import RetryPolicy
-from zkqueue.jobs.scope import HeldJob, TakeScope, claim_held
+from zkqueue.jobs.scope import HeldJob, TakeScope, claim_held, give_back_unstarted, start_many
 from zkqueue.jobs.worker import JobWorker
 from zkqueue.transport import protocol
 
@@ -241,13 +241,24 @@ class JobQueue:
         held = self.claim_many(1, timeout)
         return held[0] if held else None
 
-    def claim_many(self, max_jobs: int, timeout: float | None = None, *, block_leases: bool = False
-                   ) -> list[HeldJob]:
+    def claim_many(self, max_jobs: int, timeout: float | None = None, *, block_leases: bool = False,
+                   count: bool = True) -> list[HeldJob]:
         """Like :meth:`claim`, up to ``max_jobs`` jobs at once (their leases and attempts in as few multis as
         possible); [] if none was due within ``timeout`` seconds. ``block_leases``: for a caller that ends its
-        jobs within moments (see :meth:`DistributedQueue.claim_nodes <zkqueue.DistributedQueue.claim_nodes>`)."""
+        jobs within moments (see :meth:`DistributedQueue.claim_nodes <zkqueue.DistributedQueue.claim_nodes>`).
+        ``count=False``: the jobs are leased without counting an attempt (claimed ahead of free slots); call
+        :meth:`start_many` when they start, or give them back with :meth:`give_back`."""
         self._check_started()
-        return claim_held(self._engine, self._claims, timeout, max_jobs, block_leases=block_leases)
+        return claim_held(self._engine, self._claims, timeout, max_jobs, block_leases=block_leases, count=count)
+
+    def start_many(self, helds: Sequence[HeldJob]) -> list[HeldJob]:
+        """Count the attempt of each held job claimed with ``count=False`` as it starts (fenced by its lease, one
+        engine call); return the jobs that may run now. See :func:`zkqueue.jobs.scope.start_many`."""
+        return start_many(self.paths, helds)
+
+    def give_back(self, helds: Sequence[HeldJob]) -> None:
+        """Give back held jobs that never started, their attempt uncounted (claimed ahead, then not run)."""
+        give_back_unstarted(helds, self._outcomes)
 
     def work(self, handler: Callable[[Job], Any], concurrency: int = 1) -> JobWorker:
         """Run ``handler(job)`` for jobs on ``concurrency`` threads until :meth:`JobWorker.stop` or close(): its

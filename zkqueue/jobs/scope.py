@@ -11,12 +11,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from zkqueue.engine.commit import delete_op
+from zkqueue.engine.commit import CONNECTION_ERRORS, delete_op
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.leases import LeaseKind, Leases, item_finish_ops
 from zkqueue.engine.queue import DistributedQueue
 from zkqueue.engine.seams import Completion
 from zkqueue.errors import QueueStateError
+from zkqueue.jobs import store
 from zkqueue.jobs.claims import Claimed, JobClaims
 from zkqueue.jobs.model import Job, Record
 from zkqueue.jobs.outcomes import JobOutcomes
@@ -124,6 +125,14 @@ class HeldJob:
     _release: Callable[[list[Outcome]], None] = field(repr=False)
     _forget: Callable[[list[Outcome]], None] = field(repr=False)
     _done: bool = field(default=False, repr=False)
+    #: False while a job claimed ahead has no attempt counted (see :func:`start_many`).
+    counted: bool = True
+    _commit: Callable[[list[Outcome], list[list[Any]]], list[Any]] | None = field(default=None, repr=False)
+
+    @property
+    def claimed(self) -> Claimed:
+        """The job's record and version as :class:`~zkqueue.jobs.outcomes.JobOutcomes` needs them."""
+        return Claimed(self.record, self.version, self.counted)
 
     def finish(self, completion: Completion) -> None:
         """End the job by ``completion`` (once)."""
@@ -190,17 +199,64 @@ def release_many(helds: Sequence[HeldJob]) -> None:
         release(outcomes)
 
 
+def start_many(paths: Any, helds: Sequence[HeldJob]) -> list[HeldJob]:
+    """Count the attempt of every job in ``helds`` claimed without one (``claim_many(count=False)``), fenced by its
+    lease, in one engine call per engine queue; return the jobs that may run now, in order (those counted at claim
+    pass through). A job whose count failed (its record changed meanwhile, or its lease went with its session) is
+    given back and left out; so are all of them when the reply was lost (an attempt may then be counted for a job
+    that did not run, never the other way round)."""
+    todo = [h for h in helds if not h.counted and not h._done]
+    by_engine: dict[Any, list[HeldJob]] = {}
+    for h in todo:
+        by_engine.setdefault(h._commit, []).append(h)
+    lost: list[HeldJob] = []
+    for commit, group in by_engine.items():
+        changes = [store.claim_ops(paths, h.record, h.version) for h in group]
+        try:
+            results = commit([h._outcome for h in group], [ops for _active, ops in changes])
+        except CONNECTION_ERRORS as exc:
+            log.warning("counting the attempts of %d job(s) lost its reply (%r); they are given back", len(group),
+                        exc)
+            lost.extend(group)
+            continue
+        for h, (active, _ops), res in zip(group, changes, results):
+            if res is not None and res is not False and res.ok:
+                h.record, h.version, h.counted = active, h.version + 1, True
+            else:
+                log.info("job %s could not start (%s); it is given back", h.record.id,
+                         "lease lost" if res is False else getattr(res, "error", res))
+                lost.append(h)
+    release_many(lost)
+    return [h for h in helds if h.counted and not h._done]
+
+
+def give_back_unstarted(helds: Sequence[HeldJob], outcomes: JobOutcomes) -> None:
+    """Give back jobs that were claimed and never started: one claimed without counting is released as it is; one
+    whose attempt the claim counted is released with that attempt uncounted again (:meth:`JobOutcomes.unstarted`)."""
+    release_many([h for h in helds if not h.counted])
+    finish_many([(h, outcomes.unstarted(h.claimed)) for h in helds if h.counted])
+
+
 def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float | None,
-               max_jobs: int = 1, *, block_leases: bool = False) -> list[HeldJob]:
+               max_jobs: int = 1, *, block_leases: bool = False, count: bool = True) -> list[HeldJob]:
     """Claim up to ``max_jobs`` due jobs of ``engine`` (pull mode) and hold them; [] if none was due within
-    ``timeout``."""
+    ``timeout``. ``count=False``: no attempt is counted until :func:`start_many` (jobs claimed ahead of free
+    slots)."""
+    if not count:
+        with claims.uncounted():
+            return _held(engine, claims, engine.claim_nodes(max_jobs, timeout, block_leases=block_leases))
+    return _held(engine, claims, engine.claim_nodes(max_jobs, timeout, block_leases=block_leases))
+
+
+def _held(engine: DistributedQueue[Any], claims: JobClaims, claimed: list[Outcome]) -> list[HeldJob]:
     out = []
-    for o in engine.claim_nodes(max_jobs, timeout, block_leases=block_leases):
+    for o in claimed:
         claimed = claims.take(o.held.path) if o.held is not None else None
         if claimed is None or o.held is None:  # cannot happen: the claim hook ran for every node it returned
             log.error("claimed node %s has no claimed record; giving it back", o.name)
             engine.release_nodes([o])
             continue
         out.append(HeldJob(o.held.path, o.version, claimed.record, claimed.version, o, engine.complete_nodes,
-                           engine.release_nodes, engine.forget_nodes))
+                           engine.release_nodes, engine.forget_nodes, counted=claimed.counted,
+                           _commit=engine.commit_held))
     return out
