@@ -41,6 +41,27 @@ def check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
+def check_task(task: str | None) -> str | None:
+    """A job's ``task``: None, or a task name (a non-empty str without surrounding whitespace or control
+    characters)."""
+    if task is None:
+        return None
+    if (not isinstance(task, str) or not task or task != task.strip()
+            or any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in task)):
+        raise ConfigurationError(f"a task name must be a non-empty str without surrounding whitespace or control "
+                                 f"characters, got {task!r}")
+    return task
+
+
+def check_max_attempts(max_attempts: int | None) -> int | None:
+    """A job's ``max_attempts``: None, or an int >= 1."""
+    if max_attempts is None:
+        return None
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ConfigurationError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
+    return max_attempts
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -72,6 +93,11 @@ class Record:
     #: Seconds an attempt may run (``add(..., timeout=)``); None: no limit. Enforced by the asyncio workers
     #: (:mod:`zkqueue.aio`); stored only when set, so records without it read as before.
     timeout: float | None = None
+    #: The task the job runs (``zkqueue.App`` tasks: ``module.qualname``); None for jobs added without one.
+    task: str | None = None
+    #: The most attempts of this job (its task's :class:`~zkqueue.jobs.RetryPolicy`), instead of the queue's
+    #: policy; None: the queue's. ``task`` and ``max_attempts`` are stored only when set, like ``timeout``.
+    max_attempts: int | None = None
 
     def encode(self) -> bytes:
         head = {
@@ -87,6 +113,10 @@ class Record:
         }
         if self.timeout is not None:
             head["timeout"] = self.timeout
+        if self.task is not None:
+            head["task"] = self.task
+        if self.max_attempts is not None:
+            head["max_attempts"] = self.max_attempts
         return framing.encode_items([json.dumps(head, separators=(",", ":")).encode(), self.params,
                                      self.result or b""])
 
@@ -107,6 +137,8 @@ class Record:
                 updated_ms=int(head["updated_ms"]),
                 due_ms=int(head.get("due_ms", 0)),
                 timeout=float(head["timeout"]) if head.get("timeout") is not None else None,
+                task=str(head["task"]) if head.get("task") is not None else None,
+                max_attempts=int(head["max_attempts"]) if head.get("max_attempts") is not None else None,
             )
         except CorruptItemError:
             raise
@@ -139,6 +171,12 @@ class Job:
     #: Seconds one attempt may run (``add(..., timeout=)``), None if the job was added without one: the asyncio
     #: workers cancel a handler past it (or past their own ``timeout=`` when this is None).
     timeout: float | None = None
+    #: The name of the task the job runs (:meth:`zkqueue.App.task`), None for a job added without one.
+    task: str | None = None
+    #: The most attempts of this job when its task has a retry policy of its own, else None (the queue's).
+    max_attempts: int | None = None
+    #: The path of the job queue that holds the job.
+    queue_path: str | None = None
 
     @property
     def last_error(self) -> str | None:

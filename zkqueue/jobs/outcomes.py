@@ -7,6 +7,7 @@ import logging
 import threading
 import traceback as tb
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Callable
 
 from zkqueue.engine.log_limits import RepeatLimiter
@@ -48,25 +49,41 @@ class JobOutcomes:
         with self._tally_lock:
             return dict(self.tally)
 
-    def success(self, claimed: Claimed, result: Any) -> Completion:
+    def policy(self, record: Record, policy: RetryPolicy | None = None) -> RetryPolicy:
+        """The retry policy that decides ``record``'s failures: ``policy`` when given (a worker passes its task's),
+        else the queue's, with the record's own ``max_attempts`` when it has one (a task's policy travels with its
+        jobs that way)."""
+        if policy is not None:
+            return policy
+        if record.max_attempts is None or record.max_attempts == self._retry.max_attempts:
+            return self._retry
+        return replace(self._retry, max_attempts=record.max_attempts)
+
+    def success(self, claimed: Claimed, result: Any, policy: RetryPolicy | None = None) -> Completion:
+        """The completion of a job that returned ``result``; a result the serializer refuses fails the attempt
+        (decided by ``policy``, see :meth:`failure`)."""
         try:
             data = self._serializer.serialize(result)
         except Exception as exc:
             log.warning("job %s returned a result the serializer refuses (%r): the attempt fails", claimed.record.id,
                         exc)
-            return self.failure(claimed, exc)
+            return self.failure(claimed, exc, policy)
         self.count("completed")
         return store.finish(self._paths, claimed.record, claimed.version, JobState.COMPLETED, self._acl,
                             result=bytes(data))
 
-    def failure(self, claimed: Claimed, error: BaseException) -> Completion:
+    def failure(self, claimed: Claimed, error: BaseException, policy: RetryPolicy | None = None) -> Completion:
+        """The completion of a job whose attempt raised ``error``: retried after a backoff, or dead, as ``policy``
+        decides (the worker passes its task's; default: :meth:`policy`, the queue's with the record's own
+        ``max_attempts``). A :class:`~zkqueue.errors.NonRetryableError` is never retried."""
         record = claimed.record
+        retry = self.policy(record, policy)
         trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
         errors = record.failed(f"{type(error).__name__}: {error}", trace)
-        if self._retry.retries(error, record.attempts):
-            delay = self._retry.delay(record.attempts)
+        if retry.retries(error, record.attempts):
+            delay = retry.delay(record.attempts)
             JOB_ERRORS.error(log, error, "job %s failed (attempt %d of %d): %s: %s; again in %.1fs", record.id,
-                             record.attempts, self._retry.max_attempts, type(error).__name__, error, delay,
+                             record.attempts, retry.max_attempts, type(error).__name__, error, delay,
                              level=logging.WARNING, scope=self._paths.root)
             self.count("retried")
             return store.retry(self._paths, record, claimed.version, now_ms() + int(delay * 1000), errors,
@@ -74,7 +91,7 @@ class JobOutcomes:
         # Its own line, always shown (a death is rare and needs attention), whatever the retries of the same error
         # logged before; the traceback is in the job's record (zkqueue jobs show / the dashboard).
         log.warning("job %s of %s failed (attempt %d of %d): %s: %s; it goes to the dead letters", record.id,
-                    self._paths.root, record.attempts, self._retry.max_attempts, type(error).__name__, error)
+                    self._paths.root, record.attempts, retry.max_attempts, type(error).__name__, error)
         self.count("dead_lettered")
         return store.finish(self._paths, record, claimed.version, JobState.DEAD, self._acl, errors=errors)
 
@@ -95,4 +112,7 @@ class JobOutcomes:
             created_at=record.created_ms / 1000.0,
             updated_at=record.updated_ms / 1000.0,
             timeout=record.timeout,
+            task=record.task,
+            max_attempts=record.max_attempts,
+            queue_path=self._paths.root,
         )

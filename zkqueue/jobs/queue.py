@@ -21,7 +21,7 @@ from zkqueue.formats import naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
 from zkqueue.jobs import names, store
 from zkqueue.jobs.claims import JobClaims, OnExhausted
-from zkqueue.jobs.model import Job, JobState, Record, check_timeout, now_ms
+from zkqueue.jobs.model import Job, JobState, Record, check_max_attempts, check_task, check_timeout, now_ms
 from zkqueue.jobs.outcomes import JobOutcomes
 from zkqueue.jobs.rate import RateLimit, limiter_for
 from zkqueue.jobs.reaper import Keep, Reaper, reap
@@ -155,27 +155,37 @@ class JobQueue:
 
     # ------------------------------------------------------------------------------------------ adding
     def add(self, params: Any, job_id: str | None = None, *, delay: float | None = None,
-            run_at: datetime | None = None, priority: int = 0, timeout: float | None = None) -> str | None:
+            run_at: datetime | None = None, priority: int = 0, timeout: float | None = None,
+            task: str | None = None, max_attempts: int | None = None) -> str | None:
         """Queue a job; return its id, or None if a job with that id is queued, active or retrying (that job is
         left as it is). ``delay``: seconds before it may run, or ``run_at``: a timezone-aware datetime before which
         it does not run (a job due more than ``park_after`` seconds ahead is parked in time buckets until shortly
         before; see :mod:`zkqueue.engine.parking`); ``priority``: lower runs first among due jobs. ``timeout``:
         seconds one attempt may run, stored in the record; the asyncio workers (:mod:`zkqueue.aio`) cancel a handler
-        past it (a failed attempt); the thread workers of :meth:`work` do not enforce it yet."""
+        past it (a failed attempt); the thread workers of :meth:`work` do not enforce it yet. ``task``: the name
+        of the task that runs the job, kept in its record (``Job.task``; see :class:`zkqueue.App`);
+        ``max_attempts``: the job's own most attempts (its task's retry policy), instead of the queue's."""
         job_id = uuid.uuid4().hex if job_id is None else job_id
-        rejected = self._add([(job_id, params)], delay=delay, run_at=run_at, priority=priority, timeout=timeout)
+        rejected = self._add([(job_id, params)], delay=delay, run_at=run_at, priority=priority, timeout=timeout,
+                             task=task, max_attempts=max_attempts)
         return None if rejected else job_id
 
     def add_all(self, jobs: Iterable[tuple[str, Any]], *, delay: float | None = None,
-                run_at: datetime | None = None, priority: int = 0, timeout: float | None = None) -> list[str]:
+                run_at: datetime | None = None, priority: int = 0, timeout: float | None = None,
+                task: str | None = None, max_attempts: int | None = None) -> list[str]:
         """Queue ``(job_id, params)`` pairs in as few multis as possible; return the ids rejected as duplicates
-        (of an unfinished job, or given twice here). ``timeout``: as :meth:`add`, for each of them."""
-        return self._add(list(jobs), delay=delay, run_at=run_at, priority=priority, timeout=timeout)
+        (of an unfinished job, or given twice here). ``timeout``, ``task``, ``max_attempts``: as :meth:`add`, for
+        each of them."""
+        return self._add(list(jobs), delay=delay, run_at=run_at, priority=priority, timeout=timeout, task=task,
+                         max_attempts=max_attempts)
 
     def _add(self, jobs: list[tuple[str, Any]], *, delay: float | None, run_at: datetime | None,
-             priority: int, timeout: float | None = None) -> list[str]:
+             priority: int, timeout: float | None = None, task: str | None = None,
+             max_attempts: int | None = None) -> list[str]:
         self._check_started()
         timeout = check_timeout(timeout)
+        task = check_task(task)
+        max_attempts = check_max_attempts(max_attempts)
         due = store.due_at(delay, run_at)
         records: list[Record] = []
         rejected: list[str] = []
@@ -188,7 +198,7 @@ class JobQueue:
             seen.add(job_id)
             data = self._serializer.serialize(params)
             records.append(Record(id=job_id, state=JobState.QUEUED, params=bytes(data), priority=priority,
-                                  due_ms=due, timeout=timeout))
+                                  due_ms=due, timeout=timeout, task=task, max_attempts=max_attempts))
         naming.encode_priority(priority)  # checks the priority
         for attempt in range(2):
             if not records:
