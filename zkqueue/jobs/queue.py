@@ -14,7 +14,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 
 from zkqueue.engine.queue import DistributedQueue
-from zkqueue.errors import ConfigurationError, QueueClosedError, QueueNotStartedError, QueueStateError
+from zkqueue.errors import (
+    ConfigurationError,
+    JobDeadError,
+    QueueClosedError,
+    QueueNotStartedError,
+    QueueStateError,
+)
 from zkqueue.engine.leases import held_items
 from zkqueue.engine.parking import parked_count
 from zkqueue.formats import naming
@@ -22,6 +28,7 @@ from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
 from zkqueue.jobs import names, store
 from zkqueue.jobs.claims import JobClaims, OnExhausted
 from zkqueue.jobs.model import Job, JobState, Record, check_max_attempts, check_task, check_timeout, now_ms
+from zkqueue.jobs.waiting import wait_finished
 from zkqueue.jobs.outcomes import JobOutcomes
 from zkqueue.jobs.rate import RateLimit, limiter_for
 from zkqueue.jobs.reaper import Keep, Reaper, reap
@@ -292,6 +299,23 @@ class JobQueue:
             if not isinstance(res, BaseException):
                 return self._outcomes.job(Record.decode(res[0]))
         return None
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        """Job ``job_id`` once it is finished (COMPLETED or DEAD): waits on ZooKeeper watches of its finished
+        records, not polling. Raises :class:`~zkqueue.errors.JobNotFoundError` if there is no such job,
+        :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``) after ``timeout`` seconds (None: no
+        limit). No start() needed. See :func:`zkqueue.jobs.waiting.wait_finished`."""
+        return wait_finished(self._client, self.paths, self._outcomes.job, job_id, timeout)
+
+    def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
+        """The result of job ``job_id`` once it completes (:meth:`wait`); raises
+        :class:`~zkqueue.errors.JobDeadError` (a :class:`~zkqueue.errors.JobFailedError`, with the job and its last
+        error) if it ends in the dead letters, :class:`~zkqueue.errors.WaitTimeoutError` after ``timeout``
+        seconds, :class:`~zkqueue.errors.JobNotFoundError` for an unknown id."""
+        job = self.wait(job_id, timeout)
+        if job.state is JobState.DEAD:
+            raise JobDeadError(job)
+        return job.result
 
     def counts(self) -> dict[str, int]:
         """Jobs by state: queued (waiting in the queue node, incl. delayed first runs due soon), active (held by a
