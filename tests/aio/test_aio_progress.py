@@ -1,17 +1,21 @@
 """AsyncProgressConsumer on a real ZooKeeper: coroutine workers many-in-flight with progress over consecutive
 finished jobs, sync and async consumers taking over from each other's stored index, retries that never skip a job,
-failover to a standby after a crash, an exactly-once hand-off awaited, and a wait_processed that leaves the loop
-free."""
+failover to a standby after a crash, an exactly-once hand-off awaited, a wait_processed that leaves the loop
+free, and a stop after a lost session that waits for the worker still running."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 
 import pytest
+from kazoo.recipe.lock import Lock
 
 from zkqueue.aio import AsyncProgressConsumer
 from zkqueue.errors import ConfigurationError
 from zkqueue.progress import JobLog, ProgressConsumer, RetryPolicy, read_index
+from zkqueue.server.testing import expire_session, wait_for
 
 
 def fill(log: JobLog, n: int) -> None:
@@ -200,6 +204,85 @@ async def test_wait_processed_leaves_the_loop_free_and_stop_drains(zk_client) ->
         beat.cancel()
     assert sorted(finished) == [1, 2, 3]
     assert read_index(zk_client, "/progress/w")[0] == 3
+
+
+class _OnRecord(logging.Handler):
+    """Calls ``action()`` for each record whose message contains ``needle``."""
+
+    def __init__(self, needle: str, action) -> None:  # noqa: ANN001
+        super().__init__(logging.INFO)
+        self.needle = needle
+        self.action = action
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.needle in record.getMessage():
+            self.action()
+
+
+@pytest.mark.asyncio
+async def test_stop_after_a_lost_session_returns_only_once_the_running_worker_finished(zk_client_factory) -> None:
+    """The session ends while job 41 runs and a contender is elected, so the consumer has no term when it stops.
+    The held worker is released by stop() returning (the race: it would then be cancelled, or finish after stop)
+    or by stop() logging that it waits for running jobs (the fix); no timer decides."""
+    first, other = zk_client_factory(), zk_client_factory()
+    log = JobLog(first, "/logs/lost")
+    fill(log, 60)
+    path = "/progress/lost"
+    loop = asyncio.get_running_loop()
+    runs: list[int] = []
+    order: list[str] = []
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def worker(index: int, job: bytes) -> None:
+        if index == 41:
+            started.set()
+            await release.wait()
+        runs.append(index)
+        if index == 41:
+            order.append("job 41 finished")
+
+    a = AsyncProgressConsumer(first, jobs=log, progress_path=path, worker=worker, max_processing=1,
+                              max_search_ahead=5, progress_interval=0.0, progress_batch=1, identifier="a")
+    blocker = Lock(other, f"{path}/leader", "blocker")
+    holder = threading.Thread(target=blocker.acquire, kwargs={"timeout": 60})
+    handler = _OnRecord("waiting for", lambda: loop.call_soon_threadsafe(release.set))
+    consumer_log = logging.getLogger("zkqueue.progress.consumer")
+    level = consumer_log.level
+    await a.start()
+    try:
+        await asyncio.wait_for(started.wait(), 30)
+        assert a.stored_index == 40
+        holder.start()
+        await asyncio.to_thread(wait_for, lambda: blocker.contenders() == ["a", "blocker"])
+        await asyncio.to_thread(expire_session, first)
+        await asyncio.to_thread(holder.join, 30)
+        assert blocker.is_acquired
+        await asyncio.to_thread(wait_for, lambda: blocker.contenders() == ["blocker", "a"])
+        assert not a.is_active
+        consumer_log.setLevel(logging.INFO)
+        consumer_log.addHandler(handler)
+        await a.stop()
+        order.append("stop returned")
+        release.set()
+    finally:
+        consumer_log.removeHandler(handler)
+        consumer_log.setLevel(level)
+        release.set()
+        await a.stop()
+        if holder.is_alive():
+            await asyncio.to_thread(holder.join, 60)
+        await asyncio.to_thread(blocker.release)
+    assert order == ["job 41 finished", "stop returned"]  # not cancelled, not finished after stop
+    before = list(runs)
+    assert before == list(range(1, 42))
+
+    async def record(index: int, job: bytes) -> None:
+        runs.append(index)
+
+    async with AsyncProgressConsumer(other, jobs=JobLog(other, "/logs/lost"), progress_path=path, worker=record,
+                                     max_processing=3, progress_interval=0.0) as b:
+        assert await b.wait_processed(60, timeout=30)
+    assert sorted(runs[len(before):]) == list(range(41, 61))  # 41 once more in the takeover, nothing twice
 
 
 def test_thread_workers_are_refused(zk_client) -> None:

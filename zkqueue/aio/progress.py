@@ -17,8 +17,9 @@ async with AsyncProgressConsumer(client, jobs=log, progress_path="/progress/veri
 - Up to ``max_processing`` worker coroutines run at once on the loop that called :meth:`start`.
 - A failing run is retried after the policy's backoff (a loop sleep); a job is never skipped.
 - :meth:`stop` lets running jobs finish their current run and stores the processed index; it blocks only the
-  thread pool, not the loop. Jobs the loop cancels outside of a stop (e.g. the loop shuts down) are not
-  finished: the consumer steps down and the jobs above the stored index run again.
+  thread pool, not the loop. It returns once every worker coroutine has returned, those of a term that ended
+  with a lost session too (they are waited for, not cancelled). Jobs the loop cancels outside of a stop (e.g.
+  the loop shuts down) are not finished: the consumer steps down and the jobs above the stored index run again.
 - :meth:`wait_processed` waits on the consumer's progress callback, bridged to the loop (no polling).
 - ``start``, ``stop``, ``leader`` and ``ctx.append_and_done`` run in ONE small thread pool (``executor_threads``).
 """
@@ -134,7 +135,7 @@ class _LoopRunner:
             raise TypeError(f"the worker returned {type(call).__name__}, not an awaitable")
         return await (self._slow.timed(call, str(index)) if inspect.iscoroutine(call) else call)
 
-    def shutdown(self) -> None:  # any thread: cancel what is left (runs waiting for a retry after a stop)
+    def shutdown(self) -> None:  # any thread: cancel what is left (runs still going when a stop's timeout ran out)
         loop = self._loop
         if loop is None:
             return
@@ -202,8 +203,9 @@ class AsyncProgressConsumer:
 
     async def stop(self, timeout: float | None = 60.0) -> None:
         """:meth:`ProgressConsumer.stop`: stop starting jobs, let running ones finish their current run (on this
-        loop), store the processed index, leave the election. Waits in the thread pool; a cancelled caller does
-        not cut it short. Idempotent."""
+        loop), store the processed index, leave the election. Returns once every worker coroutine returned, those
+        of a term lost with the session included; past ``timeout`` the ones left are cancelled. Waits in the
+        thread pool; a cancelled caller does not cut it short. Idempotent."""
         if self._state != "started":
             self._state = "closed"
             return

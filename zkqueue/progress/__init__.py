@@ -25,7 +25,8 @@ with c:                                     # appends wake it (a watch); c.check
 - ``JobLog.prune()`` deletes the buckets every registered consumer has processed.
 
 Modules: ``log`` (JobLog), ``watch`` (append notifications), ``store`` (the progress node), ``window`` (in-memory
-window), ``attempts`` (retries), ``leader`` (election), ``context`` (hand-offs), ``consumer`` (ProgressConsumer).
+window), ``attempts`` (retries), ``leader`` (election), ``context`` (hand-offs), ``inflight`` (runs not ended yet,
+waited for by ``stop()``), ``consumer`` (ProgressConsumer).
 """
 
 from zkqueue.jobs.retry import RetryPolicy

@@ -26,6 +26,7 @@ from zkqueue.errors import ConfigurationError, JobNotFoundError, JobPrunedError,
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.progress.attempts import JobRun, StuckCallback
 from zkqueue.progress.context import JobContext
+from zkqueue.progress.inflight import InFlight
 from zkqueue.progress.leader import Leadership
 from zkqueue.progress.runner import JobRunner, JobTask, ThreadRunner
 from zkqueue.progress.store import LEADER, ProgressStore
@@ -190,6 +191,7 @@ class ProgressConsumer:
         self._processed: int | None = None
         self._thread: threading.Thread | None = None
         self._runner: JobRunner = runner if runner is not None else ThreadRunner(worker, progress_path)
+        self._inflight = InFlight()  # runs handed to the runner and not ended, whichever term started them
         self._unwatch: Callable[[], None] | None = None
         self._state = "new"
         self.last_error: BaseException | None = None
@@ -214,11 +216,16 @@ class ProgressConsumer:
 
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop starting jobs, let running ones finish their current run, store the processed index, leave the
-        election. A job waiting for a retry stays unfinished (it runs again later)."""
+        election. A job waiting for a retry stays unfinished (it runs again later).
+
+        Returns only once every worker this consumer started has returned, session lost or not: the runs of a
+        term that ended (their jobs run again in the next term, here or in another process) are waited for too.
+        ``timeout`` bounds the whole stop; past it, stop logs what still runs and returns."""
         if self._state != "started":
             self._state = "closed"
             return
         self._state = "closing"
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._stop.set()
         self._leadership.cancel()
         self._wake.set()
@@ -229,6 +236,13 @@ class ProgressConsumer:
         if self._unwatch is not None:
             self._unwatch()
         self.client.remove_listener(self._on_state)
+        running = self._inflight.count
+        if running:  # runs of a term that ended (a lost session): the coordinator no longer waits for them
+            log.info("consumer %s stops: waiting for %d running job(s) to finish", self.progress_path, running)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._inflight.wait_idle(left):
+            log.error("consumer %s stops with %d job(s) still running after %s s", self.progress_path,
+                      self._inflight.count, timeout)
         self._runner.shutdown()
         self._state = "closed"
 
@@ -461,7 +475,12 @@ class ProgressConsumer:
                 if i in markers:
                     break
                 window.start(i)
-                self._runner.submit(self._task(epoch, fence, i, job))
+                task = self._task(epoch, fence, i, job)
+                try:
+                    self._runner.submit(task)
+                except BaseException:
+                    task.finished(None)  # never ran: the term ends and the job runs again
+                    raise
         return True
 
     def _fetch(self, start: int, stop: int) -> list[Any]:
@@ -540,10 +559,16 @@ class ProgressConsumer:
                          self._count)
             return run, JobContext(index, run, self._store, fence, self._handed_off) if self.with_context else None
 
+        once = threading.Lock()
+
         def finished(ok: bool | None) -> None:
+            if not once.acquire(blocking=False):  # counted once per task, whatever the runner does
+                return
+            self._inflight.done()  # before the coordinator can see it: a drained stop finds nothing running
             self._finished.append((epoch, index, ok))
             self._wake.set()
 
+        self._inflight.add()
         return JobTask(index, job, opener, finished)
 
     def _handed_off(self, index: int) -> None:

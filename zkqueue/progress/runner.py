@@ -2,7 +2,8 @@
 window, stored progress: the same whoever runs the jobs) and the code that calls the worker.
 
 The coordinator hands each job to a :class:`JobRunner` as a :class:`JobTask` and hears back through
-``task.finished(ok)``, exactly once per task. The default, :class:`ThreadRunner`, calls the worker on a pool of
+``task.finished(ok)``, exactly once per task; ``stop()`` waits for that call of every task it submitted (in
+whichever term) before it calls ``shutdown()``. The default, :class:`ThreadRunner`, calls the worker on a pool of
 ``max_processing`` threads; :class:`zkqueue.aio.AsyncProgressConsumer` runs coroutine workers on an event loop.
 """
 

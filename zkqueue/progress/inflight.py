@@ -1,0 +1,47 @@
+"""The consumer's count of job runs handed to its runner that have not ended yet, across terms.
+
+A term's window forgets its running jobs when the term ends (the session was lost, or a write was fenced), but
+their worker calls go on until they return. :meth:`ProgressConsumer.stop` waits on this count, so that it
+returns only once every worker it started has finished, whichever term started it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+log = logging.getLogger("zkqueue.progress.inflight")
+
+
+class InFlight:
+    """A count with a wait for zero: :meth:`add` when a task goes to the runner, :meth:`done` when it ended."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+
+    @property
+    def count(self) -> int:
+        with self._cond:
+            return self._count
+
+    def add(self) -> None:
+        with self._cond:
+            self._count += 1
+
+    def done(self) -> None:
+        with self._cond:
+            self._count -= 1
+            if self._count == 0:
+                self._cond.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no run is left (None: however long it takes); whether none is left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._count > 0:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
