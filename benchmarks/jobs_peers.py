@@ -130,11 +130,12 @@ def _stop(proc: subprocess.Popen[Any], grace: float = 5.0) -> None:
 
 @contextlib.contextmanager
 def redis_server(port: int | None = None, host: str = "127.0.0.1",
-                 startup_timeout: float = 15.0) -> Iterator[RedisServer]:
+                 startup_timeout: float = 15.0, appendonly: bool = False) -> Iterator[RedisServer]:
     """Start a private ``redis-server`` on ``host:port`` (a free loopback port by default) with persistence off
     (``--save '' --appendonly no``), in a temporary directory; yield it once it answers PING; stop it on exit,
-    exceptions included. Raises :class:`RedisServerMissing` (mentioning ``apt-get install -y redis-server``) if
-    there is no ``redis-server``."""
+    exceptions included. ``appendonly``: keep an append-only file instead, fsynced every second (``--appendonly
+    yes --appendfsync everysec``, Redis's recommended durable set-up). Raises :class:`RedisServerMissing`
+    (mentioning ``apt-get install -y redis-server``) if there is no ``redis-server``."""
     exe = find_redis_server()
     if exe is None:
         where = (f"$REDIS_SERVER={os.environ['REDIS_SERVER']} is not executable" if os.environ.get("REDIS_SERVER")
@@ -150,7 +151,8 @@ def redis_server(port: int | None = None, host: str = "127.0.0.1",
         try:
             with open(log_path, "wb") as log_fh:
                 proc = subprocess.Popen(
-                    [exe, "--bind", host, "--port", str(the_port), "--save", "", "--appendonly", "no",
+                    [exe, "--bind", host, "--port", str(the_port), "--save", "",
+                     *(["--appendonly", "yes", "--appendfsync", "everysec"] if appendonly else ["--appendonly", "no"]),
                      "--dir", tmp, "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning"],
                     stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT, cwd=tmp,
                     start_new_session=True,  # a Ctrl-C of the harness reaches it only through our cleanup
@@ -185,15 +187,19 @@ def redis_server(port: int | None = None, host: str = "127.0.0.1",
 # The worker subprocess
 
 
-class _Worker:
-    """A ``benchmarks.jobs_worker`` subprocess; its protocol lines (``TAG {json}``) arrive on a queue."""
+class WorkerProcess:
+    """A ``benchmarks.jobs_worker`` subprocess (or ``command`` + ``argv``: any process speaking the same protocol);
+    its protocol lines (``TAG {json}``, a tag of ``tags``) arrive on a queue. ``env``: variables added to this
+    process's environment."""
 
-    def __init__(self, argv: list[str]) -> None:
-        env = dict(os.environ)
+    def __init__(self, argv: list[str], command: list[str] | None = None,
+                 tags: tuple[str, ...] = ("STARTED", "READY", "DONE"), env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, **(env or {})}
         env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("PYTHONUNBUFFERED", "1")
+        self._tags = tags
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.jobs_worker", *argv],
+        self.proc = subprocess.Popen([*(command or [sys.executable, "-m", "benchmarks.jobs_worker"]), *argv],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      cwd=_REPO_ROOT, env=env, text=True, bufsize=1, start_new_session=True)
         self.lines: queue_mod.Queue[tuple[str, dict[str, Any]] | None] = queue_mod.Queue()
@@ -203,7 +209,7 @@ class _Worker:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             tag, _, rest = line.strip().partition(" ")
-            if tag in ("STARTED", "READY", "DONE"):
+            if tag in self._tags:
                 try:
                     self.lines.put((tag, json.loads(rest or "{}")))
                 except ValueError:
@@ -223,7 +229,8 @@ class _Worker:
                 return None
             if got is None:
                 self.proc.wait(5)
-                raise RuntimeError(f"jobs worker exited ({self.proc.returncode}) before {tag}: {self.stderr_tail()}")
+                raise RuntimeError(f"worker process exited ({self.proc.returncode}) before {tag}: "
+                                   f"{self.stderr_tail()}")
             if got[0] == tag:
                 return got[1]
 
@@ -260,10 +267,10 @@ class _Worker:
         self._stderr.close()
 
 
-def _ready_worker(label: str, argv: list[str]) -> tuple[_Worker, float]:
+def _ready_worker(label: str, argv: list[str]) -> tuple[WorkerProcess, float]:
     """Start a worker process and wait until it reports READY; (the worker, seconds it took)."""
     t_spawn = time.monotonic()
-    worker = _Worker(argv)
+    worker = WorkerProcess(argv)
     if worker.expect("READY", 60.0) is None:
         tail = worker.stderr_tail()
         worker.close()
@@ -384,7 +391,7 @@ def run_celery(count: int, redis_url: str, max_seconds: float) -> dict[str, Any]
     app = make_celery_app(redis_url, qname)
     task = app.tasks[CELERY_TASK_NAME]
     t_spawn = time.monotonic()
-    worker = _Worker(["celery", "--redis-url", redis_url, "--queue", qname, "--idle-queue", idle,
+    worker = WorkerProcess(["celery", "--redis-url", redis_url, "--queue", qname, "--idle-queue", idle,
                       "--hostname", hostname, "--count", str(count)])
     try:
         if worker.expect("READY", 120.0) is None:

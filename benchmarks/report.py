@@ -227,6 +227,52 @@ def aio_table(report: dict[str, Any]) -> Table | None:
     return t
 
 
+LIVE_ROWS = (("raw", "zkqueue raw path: JobQueue.add_all per chunk, a JobQueue.work(concurrency={concurrency}) "
+                    "process"),
+             ("bullmq", "BullMQ {bullmq}: Queue.addBulk per chunk, a Worker(concurrency={concurrency}) process, "
+                        "redis-server AOF everysec"),
+             ("task", "zkqueue task path: enqueue_many per chunk, `zkqueue worker --concurrency {concurrency}`"),
+             ("cpu_thread", "{cpu_jobs:,} CPU-bound jobs of {cpu_ms:g} ms: `zkqueue worker --pool thread "
+                            "--concurrency {cpu_concurrency}`"),
+             ("cpu_process", "{cpu_jobs:,} CPU-bound jobs of {cpu_ms:g} ms: `zkqueue worker --pool process "
+                             "--concurrency {cpu_concurrency}`"))
+LIVE_RATIOS = (("raw_bullmq", "ratio zkqueue raw / BullMQ"), ("task_raw", "ratio task path / raw path"),
+               ("process_thread", "ratio process pool / thread pool"))
+
+
+def jobs_live_table(report: dict[str, Any]) -> Table | None:
+    """The jobs_live rows (issue 28): jobs/s of each row with its spread, then the ratios with targets and marks."""
+    sec = report.get("jobs_live") or {}
+    if sec.get("status") != "ok":
+        return None
+    st = sec["settings"]
+    fmt = {**st, "bullmq": sec.get("versions", {}).get("bullmq", "?")}
+    t = Table(title=f"jobs live: the worker process running and idle first, then {st['jobs']:,} jobs added in chunks "
+                    f"of {st['chunk']:,} while it works; from the first add until every result is stored (jobs/s, "
+                    f"median of {st['repeats']})")
+    for col in ("row", "jobs/s", "target", "pass"):
+        t.add_column(col, justify="left" if col == "row" else "right")
+    for key, label in LIVE_ROWS:
+        if key in sec.get("runs", {}):
+            t.add_row(label.format(**fmt), _rate_cell(sec["runs"][key], sec.get("na", {}).get(key)), "", "")
+    for key, label in LIVE_RATIOS:
+        ratio = sec.get("ratios", {}).get(key)
+        verdict = {True: "[green]pass[/]", False: "[red]MISS[/]", None: "-"}[sec.get("pass", {}).get(key)]
+        t.add_row(label, "n/a" if ratio is None else f"{ratio:.2f}x", f">= {sec['targets'][key]:.1f}x", verdict)
+    return t
+
+
+def jobs_live_notes(report: dict[str, Any]) -> list[str]:
+    """Why rows of the jobs_live section did not run (one line per reason), or why the section did not."""
+    sec = report.get("jobs_live") or {}
+    if sec.get("status") != "ok":
+        return [f"jobs_live rows: n/a ({sec['reason']})"] if sec.get("reason") not in (None, "not run") else []
+    by_reason: dict[str, list[str]] = {}
+    for key, reason in sec.get("na", {}).items():
+        by_reason.setdefault(reason, []).append(key)
+    return [f"jobs_live {', '.join(keys)}: n/a ({reason})" for reason, keys in by_reason.items()]
+
+
 def progress_table(report: dict[str, Any]) -> Table | None:
     """The ordered consumer row: jobs/s through a ProgressConsumer with trivial workers, progress writes per job."""
     row = report.get("progress") or {}
@@ -407,6 +453,11 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
         console.print(aio)
     elif (report.get("aio") or {}).get("reason") not in (None, "not run"):
         console.print(f"aio rows: n/a ({report['aio']['reason']})")
+    live = jobs_live_table(report)
+    if live is not None:
+        console.print(live)
+    for line in jobs_live_notes(report):
+        console.print(line, markup=False, highlight=False)  # a reason may hold brackets (pip extras, npm output)
     flows = report.get("flows") or {}
     if flows.get("status") == "ok":
         runs = flows.get("runs", [])

@@ -4,6 +4,7 @@
                          [--only put_bg,consume_plain] [--impls zkqueue,curator,kazoo] [--no-spark]
                          [--large-count N] [--large-mib M] [--no-large]
                          [--no-progress] [--progress-count N] [--no-aio] [--aio-adds N] [--aio-jobs N]
+                         [--no-jobs-live] [--jobs-live-count N] [--jobs-live-cpu-count N]
                          [--no-scheduled] [--scheduled-depth N] [--scheduled-seconds S] [--scheduled-flat-depth N]
 
 Starts an embedded 3-node ZooKeeper ensemble (unless ``--connect``), then for each repeat runs every workload on
@@ -70,6 +71,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="skip the aio rows (zkqueue.aio against arq and SAQ: async adds/s, I/O-bound jobs/s)")
     p.add_argument("--aio-adds", type=int, help="adds per run of the aio add row (default 10000; quick 1000)")
     p.add_argument("--aio-jobs", type=int, help="jobs per run of the aio end-to-end row (default 5000; quick 500)")
+    p.add_argument("--no-jobs-live", action="store_true",
+                   help="skip the jobs_live rows (jobs added while the worker works: zkqueue's JobQueue and task "
+                        "paths against BullMQ 6.7.0, thread against process pool)")
+    p.add_argument("--jobs-live-count", type=int,
+                   help="jobs per run of the jobs_live rows (default 5000, in chunks of 1000; quick 300, in chunks "
+                        "of 100)")
+    p.add_argument("--jobs-live-cpu-count", type=int,
+                   help="20 ms CPU-bound jobs per run of the jobs_live pool rows (default 400; quick 40)")
     p.add_argument("--no-progress", action="store_true", help="skip the ordered consumer row (zkqueue.progress)")
     p.add_argument("--progress-count", type=int, help="jobs per run of the progress row (default 5000; quick 500)")
     p.add_argument("--no-scheduled", action="store_true",
@@ -150,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:16} {w.label}  [{', '.join(w.impls)}]  target {w.target.text}")
         return 0
     if args.only:
-        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows", "scheduled", "aio"}
+        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows", "scheduled", "aio",
+                                                                    "jobs_live"}
         unknown = wanted - {w.name for w in plan}
         if unknown:
             raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))} (see --list)")
@@ -180,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     progress_row: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     aio: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     aio_on = not args.no_aio and (not args.only or "aio" in {x.strip() for x in args.only.split(",")})
+    live: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    live_on = not args.no_jobs_live and (not args.only or "jobs_live" in {x.strip() for x in args.only.split(",")})
     flows: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     flows_on = not args.no_flows and (not args.only or "flows" in {x.strip() for x in args.only.split(",")})
     scheduled: dict[str, Any] = {"status": "n/a", "reason": "not run"}
@@ -210,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console, transient=False) as progress:
                 task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0) + (1 if jobs_on else 0)
-                                         + (1 if flows_on else 0) + (1 if scheduled_on else 0) + (1 if aio_on else 0))
+                                         + (1 if flows_on else 0) + (1 if scheduled_on else 0) + (1 if aio_on else 0)
+                                         + (1 if live_on else 0))
                 if not args.no_warmup:
                     progress.update(task, description="warming up the servers and the JVM")
                     _warm_up(client, root, impls, s)
@@ -259,6 +272,21 @@ def main(argv: list[str] | None = None) -> int:
                     except Exception as exc:  # noqa: BLE001 - reported in the table, the rest goes on
                         log.warning("aio rows failed: %r", exc)
                         aio = {"status": "n/a", "reason": repr(exc)[:300]}
+                    progress.advance(task)
+                if live_on:
+                    progress.update(task, description="jobs_live: zkqueue raw and task paths, BullMQ, pools")
+                    from benchmarks.jobs_live import LiveSettings, run_section as run_live  # noqa: PLC0415
+
+                    live_settings = LiveSettings(repeats=repeats)
+                    if args.quick:
+                        live_settings.jobs, live_settings.chunk, live_settings.cpu_jobs = 300, 100, 40
+                    live_settings.jobs = args.jobs_live_count or live_settings.jobs
+                    live_settings.cpu_jobs = args.jobs_live_cpu_count or live_settings.cpu_jobs
+                    try:
+                        live = run_live(connect, live_settings)
+                    except Exception as exc:  # noqa: BLE001 - reported in the table, the rest goes on
+                        log.warning("jobs_live rows failed: %r", exc)
+                        live = {"status": "n/a", "reason": repr(exc)[:300]}
                     progress.advance(task)
                 if progress_on:  # (not counted in the bar's total)
                     progress.update(task, description="progress: ordered consumer")
@@ -316,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "progress": progress_row,
         "flows": flows,
         "aio": aio,
+        "jobs_live": live,
         "scheduled": scheduled,
         "notes": [
             "Throughput runs are capped at max_seconds; a '(partial)' implementation reports the rate it reached.",

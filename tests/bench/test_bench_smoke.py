@@ -24,11 +24,11 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, sub
     out = tmp_path_factory.mktemp("bench")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     done = subprocess.run(
-        # The jobs, aio and scheduled sections have smoke tests of their own (test_jobs_peers.py,
-        # test_aio_peers_bench.py, test_scheduled_bench.py) that check their rows; running them here again only
-        # cost the suite time.
+        # The jobs, aio, jobs_live and scheduled sections have smoke tests of their own (test_jobs_peers.py,
+        # test_aio_peers_bench.py, test_jobs_live_bench.py, test_scheduled_bench.py) that check their rows; running
+        # them here again only cost the suite time.
         [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--no-spark", "--no-jobs", "--no-aio",
-         "--no-scheduled"],
+         "--no-jobs-live", "--no-scheduled"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False,
     )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
