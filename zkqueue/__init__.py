@@ -3,6 +3,9 @@
 Public names are imported lazily, so ``import zkqueue.server.embedded`` (used by tooling before kazoo is installed)
 stays light.
 
+Start with the task API: ``app = zkqueue.App("zk1:2181/myapp")``, ``@app.task``, ``task.enqueue(...)``,
+``handle.result(timeout=30)`` (see :mod:`zkqueue.tasks`).
+
 Layers, bottom up (each a subpackage):
 
 - ``formats``: item framing, node names, serializers. Pure, no I/O.
@@ -11,6 +14,7 @@ Layers, bottom up (each a subpackage):
 - ``engine``: :class:`DistributedQueue` and the parts it is made of (producer, run loop, takers, leases,
   completion, delivery), with the seams the layers above build on.
 - ``recipes``: priority, delay, id and simple queues, the sharder, the blocking consumer.
+- ``jobs``: job queues (records, attempts, retries, dead letters, results); ``tasks``: the App and its tasks on them.
 - ``spark``: the PySpark data source and executor consumers.
 - ``ops``: the command line, queue counts, the demo.
 - ``server``: the embedded ZooKeeper ensemble, its jars and the test kit.
@@ -53,6 +57,10 @@ _EXPORTS = {
     "PollingHandler": "zkqueue.transport.handler",
     "new_client": "zkqueue.transport.handler",
     "LargeItems": "zkqueue.engine.blobs",
+    "App": "zkqueue.tasks.app",
+    "Task": "zkqueue.tasks.task",
+    "JobHandle": "zkqueue.tasks.handle",
+    "Call": "zkqueue.tasks.params",
     "JobQueue": "zkqueue.jobs.queue",
     "RetryPolicy": "zkqueue.jobs.retry",
     "JobState": "zkqueue.jobs.model",
@@ -67,6 +75,9 @@ _EXPORTS = {
     "SessionLostError": "zkqueue.errors",
     "NonRetryableError": "zkqueue.errors",
     "UnknownTaskError": "zkqueue.errors",
+    "TaskParamsError": "zkqueue.errors",
+    "DuplicateTaskError": "zkqueue.errors",
+    "ConnectFailedError": "zkqueue.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -91,6 +102,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.recipes.sharder import LeaderLatch, QueueAllocator, QueueSharder, QueueSharderPolicies
     from zkqueue.errors import (
         ConfigurationError,
+        ConnectFailedError,
+        DuplicateTaskError,
         JobDeadError,
         JobFailedError,
         JobNotFoundError,
@@ -98,6 +111,7 @@ if TYPE_CHECKING:  # pragma: no cover
         NonRetryableError,
         NoSuchElementError,
         SessionLostError,
+        TaskParamsError,
         UnknownTaskError,
         WaitTimeoutError,
         ZkQueueError,
@@ -105,6 +119,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.jobs.model import Job, JobState
     from zkqueue.jobs.queue import JobQueue
     from zkqueue.jobs.retry import RetryPolicy
+    from zkqueue.tasks.app import App
+    from zkqueue.tasks.handle import JobHandle
+    from zkqueue.tasks.params import Call
+    from zkqueue.tasks.task import Task
     from zkqueue.recipes.simple import SimpleDistributedQueue
 
 

@@ -217,3 +217,8 @@ class TaskParamsError(NonRetryableError, ValueError):
 
 class DuplicateTaskError(ConfigurationError):
     """A second, different function registered under a task name the app already has."""
+
+
+class ConnectFailedError(ZkQueueError, ConnectionError):
+    """No ZooKeeper session could be made for the connect string within the connect timeout (``zkqueue.App``
+    connects on first use)."""
