@@ -20,7 +20,7 @@ from zkqueue.engine.context import QueueContext
 from zkqueue.engine.delivery import read_large
 from zkqueue.engine.locksafe import LeaseTaker
 from zkqueue.engine.ordering import DueScan, KeptOrder
-from zkqueue.engine.run_loop import LOCKED_RETRY_SECONDS
+from zkqueue.engine.run_loop import LOCKED_RETRY_SECONDS, share_first
 from zkqueue.formats import naming
 
 log = logging.getLogger("zkqueue.engine.pull")
@@ -76,8 +76,9 @@ class Puller:
                 present = frozenset(n for n in snap.children if naming.is_item_name(n))
                 recheck = self._forget_skips(present)
                 due = self._due(present)
+                shared = self._taker.share()
                 locked = False
-                while batch := due.take(max_nodes):
+                while batch := self._next(due, max_nodes, shared):
                     left = None if deadline is None else deadline - time.monotonic()
                     handled, batch_locked, outcomes, tried = self._taker.claim(batch, left, blocks=block_leases)
                     if not tried:  # the claim hook admitted none (closing, or the timeout passed at its limit)
@@ -104,6 +105,20 @@ class Puller:
                     wait = to_due if wait is None else min(wait, to_due)
                 self._cache.wait_for_change(version, wait)
         return []
+
+    @staticmethod
+    def _next(due: DueScan, max_nodes: int, shared: tuple[int, int] | None) -> list[str]:
+        """The next names to claim. With other live consumers of the queue (``shared``: this one's rank and how
+        many), this consumer's own share of the blocks in a window of the next due names comes first (as the run
+        loop does, :func:`~zkqueue.engine.run_loop.share_first`), so pulls of several processes do not race for
+        the same head names: a lost race costs a failed claim (and, under a rate limit, budget taken for
+        nothing)."""
+        if shared is None:
+            return due.take(max_nodes)
+        window = due.take(max_nodes + naming.BLOCK_SPAN * shared[1])
+        ordered, _own = share_first(window, *shared)
+        due.give_back(ordered[max_nodes:])
+        return ordered[:max_nodes]
 
     def _read_large(self, outcomes: list[Outcome]) -> list[Outcome]:
         """Read the blobs of large items; those that cannot be delivered are finished (quarantined or released)."""

@@ -23,7 +23,14 @@ from zkqueue.jobs.reaper import Keep
 from zkqueue.jobs.repeats import Repeat
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.jobs.scope import ClaimedJob, HeldJob, TakeScope
-from zkqueue.jobs.worker import JobWorker
 
 __all__ = ["ClaimedJob", "HeldJob", "Job", "JobError", "JobQueue", "JobState", "JobWorker", "Keep", "RateLimit",
            "Repeat", "RetryPolicy", "TakeScope"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "JobWorker":  # the runtime's Worker (the layer above: imported on first use)
+        from zkqueue.runtime.worker import Worker  # noqa: PLC0415
+
+        return Worker
+    raise AttributeError(f"module 'zkqueue.jobs' has no attribute {name!r}")

@@ -8,7 +8,7 @@ import threading
 import uuid
 from concurrent.futures import Executor
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
@@ -37,10 +37,15 @@ from zkqueue.jobs.repeats import Repeat, Schedule
 from zkqueue.jobs.scheduler import Scheduler
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.jobs.scope import HeldJob, TakeScope, claim_held, give_back_unstarted, start_many
-from zkqueue.jobs.worker import JobWorker
 from zkqueue.transport import protocol
 
+if TYPE_CHECKING:  # pragma: no cover
+    from zkqueue.runtime.worker import Worker
+
 log = logging.getLogger("zkqueue.jobs.queue")
+
+#: Seconds close() and every worker's stop() give running jobs before they are given back (a cold stop).
+DEFAULT_STOP_TIMEOUT = 30.0
 
 
 class JobQueue:
@@ -93,7 +98,7 @@ class JobQueue:
         self._outcomes = JobOutcomes(self.paths, self._serializer, self.retry, self._acl,
                                      place=lambda name, due: self._engine.place_due(name, due))
         self._engine: DistributedQueue[Any] = self._engine_queue(None, None)  # adds, pulls, commits
-        self._workers: list[JobWorker] = []
+        self._workers: list[Worker] = []
         self._reaper: Reaper | None = None
         self._lock = threading.Lock()
 
@@ -135,14 +140,15 @@ class JobQueue:
                                     on_added=lambda n: self._outcomes.count("added", n))
         self._scheduler.start()  # fires the repeats while elected (see zkqueue.jobs.scheduler)
 
-    def close(self) -> None:
-        """Stop the scheduler of repeats, every worker (running jobs finish first), then the queue. Idempotent."""
+    def close(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
+        """Stop the scheduler of repeats, every worker (running jobs get ``timeout`` seconds to finish, then are
+        given back), then the queue. Idempotent."""
         if self._scheduler is not None:
             self._scheduler.stop()
         with self._lock:
             workers, self._workers = self._workers, []
         for worker in workers:
-            worker.stop()
+            worker.stop(timeout)
         if self._reaper is not None:
             self._reaper.stop()
         self._engine.close()
@@ -277,15 +283,26 @@ class JobQueue:
         """Give back held jobs that never started, their attempt uncounted (claimed ahead, then not run)."""
         give_back_unstarted(helds, self._outcomes)
 
-    def work(self, handler: Callable[[Job], Any], concurrency: int = 1) -> JobWorker:
-        """Run ``handler(job)`` for jobs on ``concurrency`` threads until :meth:`JobWorker.stop` or close(): its
-        return value is stored as the result; an exception retries the job or sends it to the dead letters."""
+    def work(self, handler: Callable[[Job], Any], concurrency: int = 1, *, pool: str = "thread",
+             timeout: float | None = None, prefetch: int | None = None, block_leases: bool | None = None,
+             max_jobs: int | None = None) -> Worker:
+        """Run ``handler(job)`` for this queue's jobs on the worker runtime (:mod:`zkqueue.runtime`) until
+        :meth:`Worker.stop <zkqueue.runtime.Worker.stop>` or close(): its return value is stored as the result;
+        what it raises retries the job or sends it to the dead letters.
+
+        ``concurrency`` jobs run at once: on threads (``pool="thread"``), in child processes (``pool="process"``,
+        for CPU-bound handlers; ``handler`` must pickle), or on an event loop when ``handler`` is a coroutine
+        function. ``timeout``: seconds an attempt may run when the job was added without one (a job's own
+        ``timeout`` wins); past it the attempt fails with :class:`~zkqueue.errors.JobTimeoutError` and is retried
+        by the policy (a thread is let go and replaced, a child killed, a coroutine cancelled). ``prefetch``: jobs
+        held ahead of free slots (default ``concurrency``), their attempt counted only when they start.
+        ``max_jobs``: stop after that many. ``block_leases``: see :class:`~zkqueue.runtime.Worker`."""
+        from zkqueue.runtime import for_handler  # noqa: PLC0415 - the runtime is the layer above this one
+
         self._check_started()
-        if not callable(handler):
-            raise ConfigurationError(f"handler must be callable, got {handler!r}")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
-        worker = JobWorker(self._engine_queue, handler, self._claims, self._outcomes, concurrency)
+        worker = for_handler([self], handler, pool=pool, concurrency=concurrency, timeout=timeout,
+                             prefetch=prefetch, block_leases=block_leases, max_jobs=max_jobs,
+                             name=f"zkqueue-jobs-{self.paths.root}").start()
         with self._lock:
             self._workers.append(worker)
         return worker

@@ -1,0 +1,448 @@
+"""The worker runtime: ONE claim loop for every way zkqueue runs jobs on threads, processes or an event loop.
+
+A :class:`Worker` serves one or more job queues with ``concurrency`` slots:
+
+- **Claimers** (a thread per queue) lease due jobs ahead of the free slots, up to ``concurrency + prefetch`` held
+  in all, WITHOUT counting an attempt (:meth:`JobQueue.claim_many(count=False)
+  <zkqueue.jobs.JobQueue.claim_many>`): a worker that dies costs nothing to the jobs it only held.
+- **The dispatcher** (one thread) starts held jobs as slots free: it counts their attempts in one fenced multi
+  (:meth:`JobQueue.start_many <zkqueue.jobs.JobQueue.start_many>`), then hands each to its driver (threads,
+  processes or an event loop: :mod:`zkqueue.runtime.threads`, :mod:`~zkqueue.runtime.processes`,
+  :mod:`~zkqueue.runtime.loop`). It also enforces timeouts: an attempt past the job's ``timeout`` (its record's,
+  else the worker's) is failed with :class:`~zkqueue.errors.JobTimeoutError` and its driver told to let it go
+  (a thread is replaced, a child killed, a coroutine cancelled).
+- **The finisher** (one thread) commits the ends that handlers decided meanwhile, many per engine call, each
+  fenced by its job's lease: completed with the result, retried after a backoff, or dead.
+
+Stopping (:meth:`Worker.stop`) is warm first: no more claims, held jobs given back uncounted, running jobs finish
+within the timeout; then cold: running jobs are given back (their attempt stays counted) and their handlers let go.
+:meth:`Worker.kill` turns a warm stop cold at once. Errors of the loops are logged and followed by a growing pause;
+no thread dies silently.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from zkqueue.errors import ConfigurationError, JobTimeoutError, QueueClosedError
+from zkqueue.jobs.model import Job, check_timeout
+from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT, JobQueue
+from zkqueue.jobs.scope import HeldJob, finish_many, release_many
+from zkqueue.runtime.attempt import GIVEN_BACK, RAN, TIMED_OUT, Attempt
+
+log = logging.getLogger("zkqueue.runtime.worker")
+
+#: Seconds one claim waits for a due job before the claimer looks at stop() again.
+CLAIM_WAIT = 0.5
+#: Handlers whose mean run is at most this many seconds get their jobs claimed under block leases (a lock per 64
+#: jobs instead of a lock and a fence per job). A job that runs long then holds back the rest of its block.
+BLOCK_LEASE_HANDLER_SECONDS = 0.25
+
+
+class Driver(Protocol):
+    """Where attempts run (see the module docs). ``submit`` must not block: the worker only submits into free
+    slots. ``abandon`` is told about an attempt settled without its handler (timeout, cold stop)."""
+
+    name: str
+
+    def start(self, concurrency: int) -> None: ...
+
+    def submit(self, attempt: Attempt) -> None: ...
+
+    def abandon(self, attempt: Attempt) -> None: ...
+
+    def close(self, wait: float | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one job runs: on ``driver``, as ``call(job)``; ``policy``: its retry policy if not the queue's."""
+
+    driver: Driver
+    call: Callable[[Job], Any]
+    policy: Any = None
+
+
+#: Decides each started job's route: ``route(queue, job)``. What it raises fails that attempt.
+Router = Callable[[JobQueue, Job], Route]
+
+
+def _pause(failures: int) -> float:
+    """Seconds to pause after ``failures`` errors in a row: 0.1 s doubling up to 5 s."""
+    return min(5.0, 0.1 * 2 ** min(max(failures, 1) - 1, 6))
+
+
+class Worker:
+    """Runs the jobs of ``queues`` (see the module docs). ``route(queue, job)`` says where and how each runs.
+
+    ``concurrency``: jobs running at once; ``prefetch``: jobs held ahead of free slots (default ``concurrency``;
+    held without an attempt counted); ``timeout``: seconds an attempt may run when its job has no ``timeout`` of its
+    own (None: no limit); ``max_jobs``: stop after starting that many; ``block_leases``: claim under block leases
+    (None: while handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`). Start it with :meth:`start` (or
+    ``with``); :meth:`stop` drains it.
+    """
+
+    def __init__(self, queues: Sequence[JobQueue], route: Router, drivers: Sequence[Driver], *,
+                 concurrency: int = 1, prefetch: int | None = None, timeout: float | None = None,
+                 max_jobs: int | None = None, block_leases: bool | None = None, name: str = "zkqueue") -> None:
+        if not queues:
+            raise ConfigurationError("a worker needs at least one job queue")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        prefetch = concurrency if prefetch is None else prefetch
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ConfigurationError(f"prefetch must be an int >= 0 or None, got {prefetch!r}")
+        if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
+            raise ConfigurationError(f"max_jobs must be an int >= 1 or None, got {max_jobs!r}")
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.prefetch = prefetch
+        self.max_jobs = max_jobs
+        self._route = route
+        self._drivers = list(drivers)
+        self._timeout = check_timeout(timeout)
+        self._block_leases = block_leases
+        self._name = name
+        self._cond = threading.Condition(threading.RLock())
+        self._ready: deque[tuple[JobQueue, HeldJob]] = deque()  # held ahead, not started
+        self._running: set[Attempt] = set()
+        self._starting = 0  # jobs the dispatcher is starting now
+        self._ends: list[tuple[HeldJob, Any]] = []  # decided, to commit
+        self._releases: list[HeldJob] = []  # given back (cold stop), to commit
+        self._committing = False
+        self._deadlines: list[tuple[float, int, Attempt]] = []
+        self._seq = itertools.count()
+        self._started_jobs = 0
+        self._mean_run: float | None = None
+        self._stopping = threading.Event()  # no more claims or starts
+        self._cold = threading.Event()  # give running jobs back now
+        self._finishing = threading.Event()  # the finisher may end once all is committed
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.counts: Counter[str] = Counter()
+        self._started = False
+
+    # ------------------------------------------------------------------------------------------ life cycle
+    def start(self) -> Worker:
+        """Start the drivers and the loops (once)."""
+        with self._cond:
+            if self._started:
+                raise ConfigurationError("this worker was started already")
+            self._started = True
+        for driver in self._drivers:
+            driver.start(self.concurrency)
+        self._threads = [threading.Thread(target=self._guard, args=(self._claim_loop, q), daemon=True,
+                                          name=f"{self._name}-claims-{i}") for i, q in enumerate(self.queues)]
+        self._dispatcher = threading.Thread(target=self._guard, args=(self._dispatch_loop,), daemon=True,
+                                            name=f"{self._name}-dispatch")
+        self._finisher = threading.Thread(target=self._guard, args=(self._finish_loop,), daemon=True,
+                                          name=f"{self._name}-finish")
+        for thread in [*self._threads, self._dispatcher, self._finisher]:
+            thread.start()
+        return self
+
+    def __enter__(self) -> Worker:
+        return self if self._started else self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    @property
+    def stopping(self) -> bool:
+        """stop() was called, or ``max_jobs`` jobs were started and have ended."""
+        return self._stopping.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the worker has stopped (or ``timeout`` seconds); whether it has."""
+        return self._stopped.wait(timeout)
+
+    def kill(self) -> None:
+        """Make a stop cold now: running jobs are given back (their attempt stays counted). Safe in a signal
+        handler; call :meth:`stop` (or let the one under way finish) to end the worker."""
+        self._cold.set()
+        self._stopping.set()
+
+    def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> bool:
+        """Stop: no more claims; jobs held ahead go back uncounted; running jobs finish within ``timeout`` seconds
+        (None: as long as they take), then are given back (cold). Their ends are committed before it returns.
+        Idempotent. True when every running job finished (a warm stop)."""
+        with self._stop_lock:
+            if self._stopped.is_set() or not self._started:
+                self._stopped.set()
+                return not self._cold.is_set()
+            self._stopping.set()
+            with self._cond:
+                self._cond.notify_all()
+            for thread in self._threads:
+                thread.join()
+            self._give_back_ready()
+            self._dispatcher.join()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            warm = self._drain(deadline)
+            if not warm:
+                self._give_back_running()
+            self._finishing.set()
+            with self._cond:
+                self._cond.notify_all()
+            self._finisher.join()
+            for driver in self._drivers:
+                driver.close(wait=0.5 if warm else 0.0)
+            self._stopped.set()
+            log.info("worker %s stopped (%s): %s", self._name, "warm" if warm else "cold", dict(self.counts))
+            return warm
+
+    def _drain(self, deadline: float | None) -> bool:
+        """Wait for the running jobs to end (each wait short, so a kill() is seen at once)."""
+        while True:
+            with self._cond:
+                if not self._running:
+                    return True
+                if self._cold.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                    return False
+                self._cond.wait(0.1)
+
+    def _guard(self, loop: Callable[..., None], *args: Any) -> None:
+        """Run a loop thread; anything that escapes it is logged loudly, and the worker stops cold."""
+        try:
+            loop(*args)
+        except BaseException:
+            log.critical("worker %s: %s died; the worker stops", self._name, threading.current_thread().name,
+                         exc_info=True)
+            self.kill()
+            raise
+
+    # ------------------------------------------------------------------------------------------ claims
+    def _room(self) -> int:
+        held = len(self._ready) + len(self._running) + self._starting
+        room = self.concurrency + self.prefetch - held
+        if self.max_jobs is not None:
+            room = min(room, self.max_jobs - self._started_jobs - len(self._ready) - self._starting)
+        return room
+
+    def _claim_loop(self, queue: JobQueue) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            with self._cond:
+                room = self._room()
+                if room <= 0:
+                    self._cond.wait(0.5)
+                    continue
+            try:
+                helds = queue.claim_many(room, CLAIM_WAIT, block_leases=self._short_jobs(), count=False)
+            except QueueClosedError:
+                log.info("job queue %s closed: its claimer ends", queue.paths.root)
+                return
+            except Exception:
+                failures += 1
+                pause = _pause(failures)
+                log.warning("claiming jobs of %s failed (%d in a row); again in %.1fs", queue.paths.root, failures,
+                            pause, exc_info=True)
+                self._stopping.wait(pause)
+                continue
+            failures = 0
+            if helds:
+                with self._cond:
+                    self._ready.extend((queue, h) for h in helds)
+                    self._cond.notify_all()
+
+    def _short_jobs(self) -> bool:
+        if self._block_leases is not None:
+            return self._block_leases
+        return self._mean_run is not None and self._mean_run <= BLOCK_LEASE_HANDLER_SECONDS
+
+    def _give_back_ready(self) -> None:
+        with self._cond:
+            ready, self._ready = list(self._ready), deque()
+        by_queue: dict[int, tuple[JobQueue, list[HeldJob]]] = {}
+        for queue, held in ready:
+            by_queue.setdefault(id(queue), (queue, []))[1].append(held)
+        for queue, helds in by_queue.values():
+            try:
+                queue.give_back(helds)
+                self.counts["returned"] += len(helds)
+            except Exception:  # their leases end with the session; uncounted, they lose nothing
+                log.warning("giving back %d held job(s) of %s failed", len(helds), queue.paths.root, exc_info=True)
+
+    # ------------------------------------------------------------------------------------------ starts, timeouts
+    def _dispatch_loop(self) -> None:
+        failures = 0
+        while True:
+            with self._cond:
+                expired = self._expired()
+                batch: list[tuple[JobQueue, HeldJob]] = []
+                if not self._stopping.is_set():
+                    free = self.concurrency - len(self._running)
+                    if self.max_jobs is not None:
+                        free = min(free, self.max_jobs - self._started_jobs)
+                    while self._ready and free > 0:
+                        batch.append(self._ready.popleft())
+                        free -= 1
+                    self._starting = len(batch)
+                elif not self._running:
+                    return  # stopping, and nothing left to time
+                if not expired and not batch:
+                    wait = self._deadlines[0][0] - time.monotonic() if self._deadlines else 0.5
+                    self._cond.wait(max(0.0, min(wait, 0.5)))
+                    continue
+            for attempt in expired:
+                self._time_out(attempt)
+            if batch:
+                try:
+                    self._start(batch)
+                    failures = 0
+                except Exception:
+                    failures += 1
+                    log.warning("starting %d job(s) failed (%d in a row)", len(batch), failures, exc_info=True)
+                    release_many([h for _q, h in batch])
+                    self._stopping.wait(_pause(failures))
+                finally:
+                    with self._cond:
+                        self._starting = 0
+                        self._cond.notify_all()
+
+    def _expired(self) -> list[Attempt]:
+        now = time.monotonic()
+        out = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _at, _n, attempt = heapq.heappop(self._deadlines)
+            if not attempt.settled:
+                out.append(attempt)
+        return out
+
+    def _time_out(self, attempt: Attempt) -> None:
+        error = JobTimeoutError(f"job {attempt.job.id} ran past its timeout of {attempt.timeout:g} s")
+        if attempt.settle(TIMED_OUT, error=error):
+            log.warning("job %s of %s ran past its timeout of %g s: the attempt fails", attempt.job.id,
+                        attempt.source.paths.root, attempt.timeout)
+            attempt.driver.abandon(attempt)
+
+    def _start(self, batch: list[tuple[JobQueue, HeldJob]]) -> None:
+        by_queue: dict[int, tuple[JobQueue, list[HeldJob]]] = {}
+        for queue, held in batch:
+            by_queue.setdefault(id(queue), (queue, []))[1].append(held)
+        for queue, helds in by_queue.values():
+            for held in queue.start_many(helds):
+                self._launch(queue, held)
+
+    def _launch(self, queue: JobQueue, held: HeldJob) -> None:
+        try:
+            job = queue.outcomes.job(held.record)
+            route = self._route(queue, job)
+        except Exception as exc:  # undecodable params, an unknown task: the attempt fails at once
+            self.counts["failed"] += 1
+            self._end(held, queue.outcomes.failure(held.claimed, exc))
+            return
+        timeout = held.record.timeout if held.record.timeout is not None else self._timeout
+        attempt = Attempt(queue, held, job, route.call, timeout, self._settled, route.policy, route.driver)
+        with self._cond:
+            self._running.add(attempt)
+            self._started_jobs += 1
+            if timeout is not None:
+                heapq.heappush(self._deadlines, (attempt.started + timeout, next(self._seq), attempt))
+        route.driver.submit(attempt)
+
+    # ------------------------------------------------------------------------------------------ ends
+    def _settled(self, attempt: Attempt) -> None:
+        """An attempt's outcome is decided (on the settling thread): its end joins the next commit."""
+        queue, held = attempt.source, attempt.held
+        if attempt.how == RAN:
+            self._note_run(time.monotonic() - attempt.started)
+        try:
+            if attempt.how == GIVEN_BACK:
+                completion = None
+                self.counts["given_back"] += 1
+            elif attempt.error is not None:
+                self.counts["timed_out" if attempt.how == TIMED_OUT else "failed"] += 1
+                completion = (queue.outcomes.failure(held.claimed, attempt.error, policy=attempt.policy)
+                              if attempt.policy is not None else queue.outcomes.failure(held.claimed, attempt.error))
+            else:
+                self.counts["completed"] += 1
+                completion = queue.outcomes.success(held.claimed, attempt.result)
+        except Exception:  # a bug of ours: give the job back rather than lose it
+            log.exception("deciding the end of job %s failed; it is given back", attempt.job.id)
+            completion = None
+        with self._cond:
+            self._running.discard(attempt)
+            if completion is None:
+                self._releases.append(held)
+            else:
+                self._ends.append((held, completion))
+            if self.max_jobs is not None and self._started_jobs >= self.max_jobs and not self._running:
+                self._stopping.set()  # max_jobs started and ended: the worker is done
+            self._cond.notify_all()
+
+    def _end(self, held: HeldJob, completion: Any) -> None:
+        with self._cond:
+            self._ends.append((held, completion))
+            self._cond.notify_all()
+
+    def _note_run(self, seconds: float) -> None:
+        self._mean_run = seconds if self._mean_run is None else 0.95 * self._mean_run + 0.05 * seconds
+
+    def _give_back_running(self) -> None:
+        with self._cond:
+            running = list(self._running)
+        for attempt in running:
+            if attempt.settle(GIVEN_BACK):
+                log.warning("job %s of %s is given back unfinished (cold stop)", attempt.job.id,
+                            attempt.source.paths.root)
+                attempt.driver.abandon(attempt)
+
+    def _finish_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._ends or self._releases):
+                    if self._finishing.is_set():
+                        return
+                    self._cond.wait(0.5)
+                ends, self._ends = self._ends, []
+                releases, self._releases = self._releases, []
+                self._committing = True
+            try:
+                if ends:
+                    finish_many(ends)
+                if releases:
+                    release_many(releases)
+            except Exception:  # e.g. the job queue was closed: the leases end with the session
+                log.warning("committing the ends of %d job(s) failed", len(ends) + len(releases), exc_info=True)
+            finally:
+                with self._cond:
+                    self._committing = False
+                    self._cond.notify_all()
+
+    # ------------------------------------------------------------------------------------------ looking
+    def idle(self) -> bool:
+        """Nothing held, running or waiting to be committed here."""
+        with self._cond:
+            return not (self._ready or self._running or self._starting or self._ends or self._releases
+                        or self._committing)
+
+    def running_ids(self) -> list[str]:
+        """Ids of the jobs running now."""
+        with self._cond:
+            return sorted(a.job.id for a in self._running)
+
+    @property
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._running)
+
+    def stats(self) -> dict[str, int]:
+        """``completed``, ``failed``, ``timed_out``, ``given_back`` (cold stop), ``returned`` (held, given back
+        unstarted), ``in_flight``, ``held`` (claimed ahead) and ``started``."""
+        with self._cond:
+            return {**{k: self.counts.get(k, 0) for k in ("completed", "failed", "timed_out", "given_back",
+                                                            "returned")},
+                    "in_flight": len(self._running), "held": len(self._ready), "started": self._started_jobs}
+
+
+__all__ = ["BLOCK_LEASE_HANDLER_SECONDS", "CLAIM_WAIT", "DEFAULT_STOP_TIMEOUT", "Driver", "Route", "Router",
+           "Worker"]
