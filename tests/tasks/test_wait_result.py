@@ -116,3 +116,13 @@ async def test_the_async_wait_result_times_out_with_the_same_error(zk_client) ->
         await jq.add(1, job_id="async-slow")
         with pytest.raises(WaitTimeoutError):
             await jq.wait_result("async-slow", timeout=0.3)
+
+
+def test_flow_wait_times_out_with_the_same_error(zk_client) -> None:
+    from zkqueue.flows import Flow
+
+    flow = Flow(zk_client, "/flows/waits").step("only", lambda job: None)
+    with flow:
+        flow.add({}, job_id="never-run")
+        with pytest.raises(WaitTimeoutError):
+            flow.wait("never-run", timeout=0.3)

@@ -13,7 +13,14 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 from kazoo.recipe.watchers import DataWatch
 
 from zkqueue.engine.commit import CONNECTION_ERRORS
-from zkqueue.errors import ConfigurationError, CorruptItemError, QueueClosedError, QueueNotStartedError, QueueStateError
+from zkqueue.errors import (
+    ConfigurationError,
+    CorruptItemError,
+    QueueClosedError,
+    QueueNotStartedError,
+    QueueStateError,
+    WaitTimeoutError,
+)
 from zkqueue.flows import model, store
 from zkqueue.flows.definition import Definition, Step, check_name, make_step
 from zkqueue.flows.handoff import Handoff, wait_connected
@@ -287,8 +294,9 @@ class Flow:
         return FlowJob.of(read[0]) if read is not None else None
 
     def wait(self, job_id: str, timeout: float | None = None) -> FlowJob:
-        """The flow job ``job_id`` once it finished (COMPLETED or FAILED). Raises ``TimeoutError`` after
-        ``timeout`` seconds, :class:`~zkqueue.errors.QueueStateError` for an unknown id."""
+        """The flow job ``job_id`` once it finished (COMPLETED or FAILED), on a watch of its record. Raises
+        :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``) after ``timeout`` seconds,
+        :class:`~zkqueue.errors.QueueStateError` for an unknown id."""
         deadline = None if timeout is None else time.monotonic() + timeout
         path = self.paths.flow(job_id)
         changed = threading.Event()
@@ -309,7 +317,8 @@ class Flow:
                     return job
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise TimeoutError(f"flow job {job_id!r} still running after {timeout}s (pending: {job.pending})")
+                    raise WaitTimeoutError(f"flow job {job_id!r} still running after {timeout}s (pending: "
+                                           f"{job.pending})")
                 changed.wait(1.0 if left is None else min(left, 1.0))
         finally:
             stopped.set()
