@@ -226,5 +226,14 @@ def _register_ops() -> None:
 
 _register_ops()
 
+
+def _register_workers() -> None:
+    from zkqueue.ops.worker_cli import register  # noqa: PLC0415
+
+    register(main)
+
+
+_register_workers()
+
 if __name__ == "__main__":  # pragma: no cover
     main()

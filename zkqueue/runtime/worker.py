@@ -85,13 +85,15 @@ class Worker:
     ``concurrency``: jobs running at once; ``prefetch``: jobs held ahead of free slots (default ``concurrency``;
     held without an attempt counted); ``timeout``: seconds an attempt may run when its job has no ``timeout`` of its
     own (None: no limit); ``max_jobs``: stop after starting that many; ``block_leases``: claim under block leases
-    (None: while handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`). Start it with :meth:`start` (or
+    (None: while handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`); ``log_jobs``: an INFO line as each
+    job starts and ends. Start it with :meth:`start` (or
     ``with``); :meth:`stop` drains it.
     """
 
     def __init__(self, queues: Sequence[JobQueue], route: Router, drivers: Sequence[Driver], *,
                  concurrency: int = 1, prefetch: int | None = None, timeout: float | None = None,
-                 max_jobs: int | None = None, block_leases: bool | None = None, name: str = "zkqueue") -> None:
+                 max_jobs: int | None = None, block_leases: bool | None = None, name: str = "zkqueue",
+                 log_jobs: bool = False) -> None:
         if not queues:
             raise ConfigurationError("a worker needs at least one job queue")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -110,6 +112,7 @@ class Worker:
         self._timeout = check_timeout(timeout)
         self._block_leases = block_leases
         self._name = name
+        self._log_jobs = log_jobs
         self._cond = threading.Condition(threading.RLock())
         self._ready: deque[tuple[JobQueue, HeldJob]] = deque()  # held ahead, not started
         self._running: set[Attempt] = set()
@@ -196,7 +199,7 @@ class Worker:
             for driver in self._drivers:
                 driver.close(wait=0.5 if warm else 0.0)
             self._stopped.set()
-            log.info("worker %s stopped (%s): %s", self._name, "warm" if warm else "cold", dict(self.counts))
+            log.debug("worker %s stopped (%s): %s", self._name, "warm" if warm else "cold", dict(self.counts))
             return warm
 
     def _drain(self, deadline: float | None) -> bool:
@@ -347,6 +350,8 @@ class Worker:
             self._started_jobs += 1
             if timeout is not None:
                 heapq.heappush(self._deadlines, (attempt.started + timeout, next(self._seq), attempt))
+        if self._log_jobs:
+            log.info("%s %s[%s] started (attempt %d)", queue.paths.root, job.task or "job", job.id, job.attempts)
         route.driver.submit(attempt)
 
     # ------------------------------------------------------------------------------------------ ends
@@ -369,6 +374,11 @@ class Worker:
         except Exception:  # a bug of ours: give the job back rather than lose it
             log.exception("deciding the end of job %s failed; it is given back", attempt.job.id)
             completion = None
+        if self._log_jobs:
+            log.info("%s %s[%s] %s in %.3fs%s", queue.paths.root, attempt.job.task or "job", attempt.job.id,
+                     attempt.how if attempt.how != RAN else "failed" if attempt.error is not None else "completed",
+                     time.monotonic() - attempt.started,
+                     f": {type(attempt.error).__name__}: {attempt.error}" if attempt.error is not None else "")
         with self._cond:
             self._running.discard(attempt)
             if completion is None:

@@ -1,0 +1,96 @@
+"""``zkqueue worker module:app`` runs an app's tasks (:mod:`zkqueue.tasks.worker`); ``zkqueue workers`` lists the
+live workers of an app."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from zkqueue.errors import ZkQueueError
+
+log = logging.getLogger("zkqueue.ops.worker_cli")
+
+
+def _app(spec: str) -> Any:
+    from zkqueue.tasks.worker import load_app  # noqa: PLC0415
+
+    try:
+        return load_app(spec)
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _queues(value: str | None) -> list[str] | None:
+    return [q.strip() for q in value.split(",") if q.strip()] if value else None
+
+
+@click.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--queues", "-Q", default=None, help="Comma-separated queues (default: every queue of the app's tasks).")
+@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1, 10_000),
+              help="Jobs running at once.")
+@click.option("--pool", default="thread", show_default=True, type=click.Choice(["thread", "process"]),
+              help="Where sync tasks run: threads, or child processes for CPU-bound tasks (async tasks run on the "
+              "worker's event loop).")
+@click.option("--burst", is_flag=True, help="Exit 0 once the queues hold no job that is queued and due, running or "
+              "waiting for a retry.")
+@click.option("--max-jobs", default=None, type=click.IntRange(1), help="Exit after running this many jobs.")
+@click.option("--shutdown-timeout", default=30.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds running jobs get to finish on SIGTERM/SIGINT before they are given back.")
+@click.option("--quiet", "-q", is_flag=True, help="No line per job (start and stop lines and warnings only).")
+def worker(app_spec: str, queues: str | None, concurrency: int, pool: str, burst: bool, max_jobs: int | None,
+           shutdown_timeout: float, quiet: bool) -> None:
+    """Run the tasks of the app MODULE:APP (e.g. myapp.tasks:app) until SIGTERM/SIGINT (a warm shutdown; a second
+    signal is a cold one, exit 1), --burst or --max-jobs."""
+    from zkqueue.tasks.worker import serve  # noqa: PLC0415
+
+    for name in ("zkqueue.tasks.worker", "zkqueue.runtime.worker"):
+        logger = logging.getLogger(name)
+        if not logger.isEnabledFor(logging.INFO):
+            logger.setLevel(logging.INFO)
+    app = _app(app_spec)
+    try:
+        code = serve(app, _queues(queues), spec=app_spec, pool=pool, concurrency=concurrency, burst=burst,
+                     max_jobs=max_jobs, shutdown_timeout=shutdown_timeout, log_jobs=not quiet)
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        app.close()
+    sys.exit(code)
+
+
+@click.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per worker.")
+def workers(app_spec: str, as_json: bool) -> None:
+    """List the live workers of the app MODULE:APP: host, pid, queues, pool, concurrency, start and running jobs."""
+    from zkqueue.tasks.live import live_workers  # noqa: PLC0415
+
+    app = _app(app_spec)
+    try:
+        found = live_workers(app.client, app.workers_path)
+    except ZkQueueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        app.close()
+    for w in found:
+        if as_json:
+            click.echo(json.dumps({"name": w.name, "host": w.host, "pid": w.pid, "queues": list(w.queues),
+                                   "pool": w.pool, "concurrency": w.concurrency, "started": w.started,
+                                   "running": list(w.running)}))
+            continue
+        started = datetime.datetime.fromtimestamp(w.started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+        click.echo(f"{w.name}  queues={','.join(w.queues)}  pool={w.pool}x{w.concurrency}  started={started}  "
+                   f"running={len(w.running)}{' ' + ','.join(w.running[:5]) if w.running else ''}")
+    if not found and not as_json:
+        click.echo("no live workers", err=True)
+
+
+def register(main: Any) -> None:
+    main.add_command(worker)
+    main.add_command(workers)
