@@ -222,3 +222,13 @@ class DuplicateTaskError(ConfigurationError):
 class ConnectFailedError(ZkQueueError, ConnectionError):
     """No ZooKeeper session could be made for the connect string within the connect timeout (``zkqueue.App``
     connects on first use)."""
+
+
+class WorkerLostError(ZkQueueError):
+    """The process that ran a job's attempt died under it (a child of a process pool that exited, was killed by
+    the system, or crashed): that attempt failed, and the job is retried by its policy."""
+
+
+class TaskError(ZkQueueError):
+    """A job's handler failed in a child process with an exception that could not be sent back as itself (it does
+    not pickle), or its result could not be sent back; the message names the original type."""
