@@ -63,4 +63,9 @@ class RetryPolicy:
             return False
         if self.give_up_on and isinstance(error, self.give_up_on):
             return False
+        if not isinstance(error, Exception):
+            # A handler's exit that is not an Exception (KeyboardInterrupt, SystemExit, asyncio.CancelledError
+            # raised by a sync handler) fails its attempt like an exception: retried where Exception is.
+            retry_on = self.retry_on if isinstance(self.retry_on, tuple) else (self.retry_on,)
+            return any(issubclass(Exception, t) for t in retry_on) or isinstance(error, self.retry_on)
         return isinstance(error, self.retry_on)

@@ -187,11 +187,11 @@ class Worker:
             for thread in self._threads:
                 thread.join()
             self._give_back_ready()
-            self._dispatcher.join()
             deadline = None if timeout is None else time.monotonic() + timeout
-            warm = self._drain(deadline)
+            warm = self._drain(deadline)  # the dispatcher still enforces timeouts meanwhile
             if not warm:
                 self._give_back_running()
+            self._dispatcher.join()  # it ends once nothing runs
             self._finishing.set()
             with self._cond:
                 self._cond.notify_all()

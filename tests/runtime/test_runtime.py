@@ -1,0 +1,190 @@
+"""The worker runtime (zkqueue.runtime) through JobQueue.work on a real ZooKeeper: attempts counted when a job
+starts, not when it is claimed ahead; timeouts enforced on threads, child processes and coroutines; warm and cold
+stops; max_jobs; whatever a handler raises fails only its attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from zkqueue.errors import ConfigurationError, JobTimeoutError, WorkerLostError
+from zkqueue.jobs import JobQueue, JobState, RetryPolicy
+from zkqueue.server.testing import wait_for
+
+from handlers import crash_first, hang_first, square
+
+PATH = "/runtime/jobs"
+FAST = RetryPolicy(max_attempts=3, backoff=0.1, max_backoff=0.2, jitter=False)
+
+
+def job_queue(client, **kwargs) -> JobQueue:
+    kwargs.setdefault("retry", FAST)
+    return JobQueue(client, PATH, **kwargs)
+
+
+def completed(jq: JobQueue, n: int) -> bool:
+    return jq.counts()["completed"] >= n
+
+
+def test_jobs_held_ahead_have_no_attempt_counted_until_they_start(zk_client) -> None:
+    """A worker holds jobs ahead of its free slots; their records stay QUEUED with no attempt until each starts,
+    and a cold stop gives the running job back with its attempt counted and the held ones untouched."""
+    started, go = threading.Event(), threading.Event()
+
+    def handler(job):
+        started.set()
+        go.wait(30)
+        return job.params
+
+    with job_queue(zk_client) as jq:
+        jq.add_all((f"j{i}", i) for i in range(4))
+        worker = jq.work(handler, concurrency=1, prefetch=3)
+        wait_for(started.is_set)
+        wait_for(lambda: worker.stats()["held"] == 3)
+        running = worker.running_ids()
+        assert running == ["j0"]
+        assert jq.get("j0").state is JobState.ACTIVE and jq.get("j0").attempts == 1
+        for i in (1, 2, 3):
+            job = jq.get(f"j{i}")
+            assert job.state is JobState.QUEUED and job.attempts == 0  # held under a lease, no attempt counted
+        assert worker.stop(timeout=0.2) is False  # j0 still runs: a cold stop
+        go.set()
+        assert jq.get("j0").attempts == 1 and jq.get("j0").state is not JobState.COMPLETED  # given back, counted
+        assert worker.stats()["returned"] == 3 and worker.stats()["given_back"] == 1
+        assert [jq.get(f"j{i}").attempts for i in (1, 2, 3)] == [0, 0, 0]
+        with jq.work(lambda job: job.params, concurrency=2):
+            wait_for(lambda: completed(jq, 4))
+        assert {i: jq.get(f"j{i}").attempts for i in range(4)} == {0: 2, 1: 1, 2: 1, 3: 1}
+
+
+def test_a_warm_stop_lets_running_jobs_finish_and_returns_the_held_ones(zk_client) -> None:
+    started, go = threading.Event(), threading.Event()
+
+    def handler(job):
+        started.set()
+        go.wait(30)
+        return "done"
+
+    with job_queue(zk_client) as jq:
+        jq.add_all((f"w{i}", i) for i in range(5))
+        worker = jq.work(handler, concurrency=2, prefetch=3)
+        wait_for(lambda: worker.in_flight == 2 and worker.stats()["held"] == 3)
+        threading.Timer(0.3, go.set).start()
+        assert worker.stop(timeout=10) is True
+        done = [jq.get(f"w{i}") for i in range(5)]
+        assert sorted(j.state.value for j in done) == ["COMPLETED"] * 2 + ["QUEUED"] * 3
+        assert all(j.attempts == (1 if j.state is JobState.COMPLETED else 0) for j in done)
+
+
+def test_a_hung_thread_past_its_timeout_fails_the_attempt_and_its_late_result_is_refused(zk_client, caplog) -> None:
+    release = threading.Event()
+    late_returned = threading.Event()
+
+    def handler(job):
+        if job.attempts == 1:
+            release.wait(30)
+            late_returned.set()
+            return "stale"
+        return "fresh"
+
+    with job_queue(zk_client) as jq:
+        jq.add({"x": 1}, job_id="hung", timeout=0.5)
+        t0 = time.monotonic()
+        with jq.work(handler, concurrency=1) as worker:
+            wait_for(lambda: completed(jq, 1), timeout=10)
+            took = time.monotonic() - t0
+            job = jq.get("hung")
+            assert job.result == "fresh" and job.attempts == 2 and took < 5
+            assert job.errors[0].error.startswith("JobTimeoutError")
+            release.set()
+            wait_for(late_returned.is_set)
+            wait_for(lambda: any("refused" in r.getMessage() for r in caplog.records))
+        job = jq.get("hung")
+        assert job.result == "fresh" and job.state is JobState.COMPLETED and job.attempts == 2
+        assert worker.stats()["timed_out"] == 1
+
+
+def test_the_workers_default_timeout_applies_to_jobs_without_their_own(zk_client) -> None:
+    with job_queue(zk_client, retry=RetryPolicy(max_attempts=1)) as jq:
+        jq.add(1, job_id="slow")
+        with jq.work(lambda job: time.sleep(5), concurrency=1, timeout=0.3):
+            wait_for(lambda: jq.counts()["dead"] == 1, timeout=10)
+        assert jq.get("slow").last_error.startswith("JobTimeoutError")
+
+
+def test_any_exit_of_a_sync_handler_fails_only_its_attempt(zk_client) -> None:
+    """A BaseException (asyncio.CancelledError, KeyboardInterrupt) out of a sync handler fails that attempt like an
+    exception does; the worker goes on with the next job."""
+    def handler(job):
+        if job.attempts == 1 and job.params == "cancel":
+            raise asyncio.CancelledError("from a sync handler")
+        if job.attempts == 1 and job.params == "interrupt":
+            raise KeyboardInterrupt
+        return job.params
+
+    with job_queue(zk_client) as jq:
+        jq.add_all([("a", "cancel"), ("b", "interrupt"), ("c", "plain")])
+        with jq.work(handler, concurrency=1):
+            wait_for(lambda: completed(jq, 3), timeout=10)
+        assert {i: (jq.get(i).attempts, jq.get(i).result) for i in "abc"} == {
+            "a": (2, "cancel"), "b": (2, "interrupt"), "c": (1, "plain")}
+        assert jq.get("a").errors[0].error.startswith("CancelledError")
+        assert jq.get("b").errors[0].error.startswith("KeyboardInterrupt")
+
+
+def test_coroutine_handlers_run_on_an_event_loop_and_are_cancelled_past_their_timeout(zk_client) -> None:
+    async def handler(job):
+        await asyncio.sleep(5 if job.params == "slow" and job.attempts == 1 else 0.01)
+        return job.params
+
+    with job_queue(zk_client) as jq:
+        jq.add("slow", job_id="s", timeout=0.3)
+        jq.add_all((f"f{i}", i) for i in range(20))
+        with jq.work(handler, concurrency=10):
+            wait_for(lambda: completed(jq, 21), timeout=15)
+        assert jq.get("s").attempts == 2 and jq.get("s").errors[0].error.startswith("JobTimeoutError")
+        assert all(jq.get(f"f{i}").result == i for i in range(20))
+
+
+def test_process_pool_runs_crashes_and_kills_each_attempt_counted_once(zk_client) -> None:
+    with job_queue(zk_client) as jq:
+        jq.add_all((f"sq{i}", {"n": i}) for i in range(6))
+        with jq.work(square, concurrency=2, pool="process"):
+            wait_for(lambda: completed(jq, 6), timeout=60)
+        assert [jq.get(f"sq{i}").result for i in range(6)] == [i * i for i in range(6)]
+        jq.add(None, job_id="crash")
+        with jq.work(crash_first, concurrency=2, pool="process"):
+            wait_for(lambda: completed(jq, 7), timeout=60)
+        crash = jq.get("crash")
+        assert crash.result == "survived" and crash.attempts == 2
+        assert crash.errors[0].error.startswith(WorkerLostError.__name__)
+        jq.add(None, job_id="hang", timeout=1.0)
+        t0 = time.monotonic()
+        with jq.work(hang_first, concurrency=1, pool="process"):
+            wait_for(lambda: completed(jq, 8), timeout=60)
+        hang = jq.get("hang")
+        assert hang.result == "quick" and hang.attempts == 2 and time.monotonic() - t0 < 30
+        assert hang.errors[0].error.startswith(JobTimeoutError.__name__)
+
+
+def test_max_jobs_stops_the_worker_after_that_many(zk_client) -> None:
+    with job_queue(zk_client) as jq:
+        jq.add_all((f"m{i}", i) for i in range(10))
+        worker = jq.work(lambda job: job.params, concurrency=2, max_jobs=4)
+        wait_for(lambda: worker.stopping, timeout=10)
+        worker.stop()
+        assert worker.stats()["started"] == 4 and jq.counts()["completed"] == 4
+        assert sorted(jq.get(f"m{i}").attempts for i in range(10)) == [0] * 6 + [1] * 4
+
+
+def test_bad_worker_options_raise_typed_errors(zk_client) -> None:
+    with job_queue(zk_client) as jq:
+        for kwargs in ({"concurrency": 0}, {"prefetch": -1}, {"max_jobs": 0}, {"pool": "fork"},
+                       {"timeout": -1}):
+            with pytest.raises(ConfigurationError):
+                jq.work(print, **kwargs)
+        with pytest.raises(ConfigurationError):
+            jq.work("not callable")
