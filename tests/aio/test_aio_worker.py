@@ -305,7 +305,7 @@ async def test_short_jobs_under_block_leases_complete_once_each(zk_client, block
         async with jq.work(quick, concurrency=40, block_leases=block_leases) as worker:
             await wait_until(lambda: all_finished(jq, 400), 30, "400 jobs")
         assert sorted(runs) == sorted(f"b-{i}" for i in range(400))  # each ran once
-        assert worker._short_jobs()  # block leases were (or became) in use
+        assert worker.uses_block_leases  # block leases were (or became) in use
         jobs = await jq.completed()
         assert sorted((j.id, j.result, j.attempts) for j in jobs) == sorted((f"b-{i}", i * 3, 1) for i in range(400))
         assert lock_nodes(zk_client, jq.sync.paths.locks) == []

@@ -19,7 +19,6 @@ workers' own counts match their journals; nothing is left queued, active or retr
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import signal
@@ -188,7 +187,10 @@ def test_async_jobs_through_a_worker_kill_and_a_leader_kill(ensemble, journal_di
     assert len(pairs) == len(set(pairs)), "an attempt ran twice"
     assert {e["id"] for e, _n in runs} <= set(IDS)
     lossy = set(run.killed) | {n for n, j in journals.items() if j.of("lost")}
-    losses = [end["times"]["worker_kill"]] + [e["t"] for j in journals.values() for e in j.of("lost")]
+    # The SIGKILL of w0 is no loss that may leave an attempt counted without a run: its slots were all held by
+    # running jobs (they journaled "holding"), and the jobs it claimed ahead had no attempt counted (attempts
+    # count when a job starts). Only a session or reply lost elsewhere may.
+    losses = [e["t"] for j in journals.values() for e in j.of("lost")]
 
     # completion records exactly once: a job's successful runs before its last one were on lossy processes
     adds = Journal("adds", [{"ev": "ack", "id": i} for i in IDS if i not in FAIL_ALWAYS])
@@ -234,8 +236,6 @@ def test_async_jobs_through_a_worker_kill_and_a_leader_kill(ensemble, journal_di
         assert kept <= failed and {a for a in failed if got[a][1] not in lossy} <= kept, (job_id, record.errors)
     held = {e["id"]: e["attempt"] for e in journals["w0"].of("holding")}  # in flight when w0 was SIGKILLed
     assert len(held) >= CONCURRENCY and all((completed.get(j) or dead[j]).attempts > a for j, a in held.items())
-    if "prefetch" in inspect.signature(AsyncJobQueue.work).parameters:  # workers that claim ahead of free slots
-        assert gaps > 0, "w0 claimed no job ahead"  # its claimed-ahead jobs came back too, their attempt counted
 
     # the surviving workers' own counts agree with their journals
     for n in survivors:

@@ -30,8 +30,8 @@ class Attempt:
     settling thread, after :attr:`how`, :attr:`result` and :attr:`error` are set. ``policy``: the retry policy of
     its task, if not the queue's."""
 
-    __slots__ = ("call", "driver", "driver_state", "error", "held", "how", "job", "on_settled", "policy", "result",
-                 "source", "started", "timeout", "_lock")
+    __slots__ = ("began", "call", "driver", "driver_state", "error", "held", "how", "job", "on_settled", "policy",
+                 "result", "source", "started", "timeout", "_lock")
 
     def __init__(self, source: Any, held: HeldJob, job: Job, call: Callable[[Job], Any], timeout: float | None,
                  on_settled: Callable[[Attempt], None], policy: Any = None, driver: Any = None) -> None:
@@ -48,6 +48,8 @@ class Attempt:
         self.result: Any = None
         self.error: BaseException | None = None
         self.driver_state: Any = None  # the driver's own handle (a future, a slot)
+        #: Set by the driver just before it calls the handler: an attempt given back before that never ran.
+        self.began = False
         self._lock = threading.Lock()
 
     @property

@@ -19,16 +19,19 @@ log = logging.getLogger("zkqueue.runtime.loop")
 
 
 class AsyncioDriver:
-    """Runs attempts as tasks of an event loop on a thread of its own (``zkqueue-loop``)."""
+    """Runs attempts as tasks of an event loop: a loop of its own on a thread (``zkqueue-loop``), or ``loop``, a
+    running loop of the caller's (:mod:`zkqueue.aio` workers run their handlers on the application's loop)."""
 
     name = "asyncio"
 
-    def __init__(self, thread_name: str = "zkqueue-loop") -> None:
-        self._loop = asyncio.new_event_loop()
+    def __init__(self, thread_name: str = "zkqueue-loop", *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._own = loop is None
+        self._loop = loop if loop is not None else asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name=thread_name, daemon=True)
 
     def start(self, concurrency: int) -> None:
-        self._thread.start()
+        if self._own:
+            self._thread.start()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -47,6 +50,7 @@ class AsyncioDriver:
     async def _run(self, attempt: Attempt) -> None:
         if attempt.settled:
             return
+        attempt.began = True
         try:
             value = attempt.call(attempt.job)
             if not inspect.isawaitable(value):
@@ -70,7 +74,7 @@ class AsyncioDriver:
             future.cancel()
 
     def close(self, wait: float | None = None) -> None:
-        if self._thread.is_alive():
+        if self._own and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(wait)
 

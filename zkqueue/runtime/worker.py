@@ -22,6 +22,7 @@ no thread dies silently.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -63,11 +64,19 @@ class Driver(Protocol):
 
 @dataclass(frozen=True)
 class Route:
-    """How one job runs: on ``driver``, as ``call(job)``; ``policy``: its retry policy if not the queue's."""
+    """How one job runs: on ``driver``, as ``call(job)``; ``policy``: its retry policy if not the queue's.
+
+    ``end``: for a layer that commits its jobs' ends in multis of its own (flows: the hand-off), ``end(attempt)``
+    commits the end of each attempt settled by its handler (:attr:`Attempt.result` or :attr:`Attempt.error`) or by
+    its timeout (a :class:`~zkqueue.errors.JobTimeoutError`), instead of the runtime; it is called once per attempt,
+    on the handler's thread (the attempt counts as running until it returns, so a stop waits for it), or for a
+    timeout on the finisher thread. What it raises gives the job back. An attempt given back on a cold stop is
+    released by the runtime as any other."""
 
     driver: Driver
     call: Callable[[Job], Any]
     policy: Any = None
+    end: Callable[[Attempt], None] | None = None
 
 
 #: Decides each started job's route: ``route(queue, job)``. What it raises fails that attempt.
@@ -119,10 +128,13 @@ class Worker:
         self._starting = 0  # jobs the dispatcher is starting now
         self._ends: list[tuple[HeldJob, Any]] = []  # decided, to commit
         self._releases: list[HeldJob] = []  # given back (cold stop), to commit
+        self._own_ends: list[tuple[Attempt, Callable[[Attempt], None]]] = []  # timed out, for Route.end to commit
         self._committing = False
         self._deadlines: list[tuple[float, int, Attempt]] = []
         self._seq = itertools.count()
         self._started_jobs = 0
+        #: The most jobs that ran at once.
+        self.peak_in_flight = 0
         self._mean_run: float | None = None
         self._stopping = threading.Event()  # no more claims or starts
         self._cold = threading.Event()  # give running jobs back now
@@ -206,7 +218,7 @@ class Worker:
         """Wait for the running jobs to end (each wait short, so a kill() is seen at once)."""
         while True:
             with self._cond:
-                if not self._running:
+                if not self._running and not self._starting:
                     return True
                 if self._cold.is_set() or (deadline is not None and time.monotonic() >= deadline):
                     return False
@@ -256,6 +268,11 @@ class Worker:
                     self._ready.extend((queue, h) for h in helds)
                     self._cond.notify_all()
 
+    @property
+    def uses_block_leases(self) -> bool:
+        """Whether claims take block leases now (see ``block_leases``)."""
+        return self._short_jobs()
+
     def _short_jobs(self) -> bool:
         if self._block_leases is not None:
             return self._block_leases
@@ -289,7 +306,7 @@ class Worker:
                         batch.append(self._ready.popleft())
                         free -= 1
                     self._starting = len(batch)
-                elif not self._running:
+                elif not self._running and not self._starting:
                     return  # stopping, and nothing left to time
                 if not expired and not batch:
                     wait = self._deadlines[0][0] - time.monotonic() if self._deadlines else 0.5
@@ -344,9 +361,16 @@ class Worker:
             self._end(held, queue.outcomes.failure(held.claimed, exc))
             return
         timeout = held.record.timeout if held.record.timeout is not None else self._timeout
-        attempt = Attempt(queue, held, job, route.call, timeout, self._settled, route.policy, route.driver)
+        on_settled = self._settled if route.end is None else functools.partial(self._settled, end=route.end)
+        attempt = Attempt(queue, held, job, route.call, timeout, on_settled, route.policy, route.driver)
         with self._cond:
+            if self._cold.is_set():  # a cold stop came while its attempt was being counted: it never runs
+                self.counts["returned"] += 1
+                self._ends.append((held, queue.outcomes.unstarted(held.claimed)))
+                self._cond.notify_all()
+                return
             self._running.add(attempt)
+            self.peak_in_flight = max(self.peak_in_flight, len(self._running))
             self._started_jobs += 1
             if timeout is not None:
                 heapq.heappush(self._deadlines, (attempt.started + timeout, next(self._seq), attempt))
@@ -355,15 +379,24 @@ class Worker:
         route.driver.submit(attempt)
 
     # ------------------------------------------------------------------------------------------ ends
-    def _settled(self, attempt: Attempt) -> None:
-        """An attempt's outcome is decided (on the settling thread): its end joins the next commit."""
+    def _settled(self, attempt: Attempt, end: Callable[[Attempt], None] | None = None) -> None:
+        """An attempt's outcome is decided (on the settling thread): its end joins the next commit, or ``end``
+        (:attr:`Route.end`) commits it."""
         queue, held = attempt.source, attempt.held
+        own = end if attempt.how != GIVEN_BACK else None  # the route commits this end itself
         if attempt.how == RAN:
             self._note_run(time.monotonic() - attempt.started)
         try:
-            if attempt.how == GIVEN_BACK:
+            if attempt.how == GIVEN_BACK and not attempt.began:  # its handler never ran: uncounted again
+                completion = queue.outcomes.unstarted(held.claimed)
+                self.counts["returned"] += 1
+            elif attempt.how == GIVEN_BACK:
                 completion = None
                 self.counts["given_back"] += 1
+            elif own is not None:
+                self.counts["timed_out" if attempt.how == TIMED_OUT else "failed" if attempt.error is not None
+                            else "completed"] += 1
+                completion = None
             elif attempt.error is not None:
                 self.counts["timed_out" if attempt.how == TIMED_OUT else "failed"] += 1
                 completion = (queue.outcomes.failure(held.claimed, attempt.error, policy=attempt.policy)
@@ -379,15 +412,30 @@ class Worker:
                      attempt.how if attempt.how != RAN else "failed" if attempt.error is not None else "completed",
                      time.monotonic() - attempt.started,
                      f": {type(attempt.error).__name__}: {attempt.error}" if attempt.error is not None else "")
+        if own is not None and attempt.how == RAN:
+            self._end_itself(attempt, own)
         with self._cond:
             self._running.discard(attempt)
-            if completion is None:
+            if own is not None:
+                if attempt.how != RAN:  # timed out (on the dispatcher): the finisher commits it
+                    self._own_ends.append((attempt, own))
+            elif completion is None:
                 self._releases.append(held)
             else:
                 self._ends.append((held, completion))
             if self.max_jobs is not None and self._started_jobs >= self.max_jobs and not self._running:
                 self._stopping.set()  # max_jobs started and ended: the worker is done
             self._cond.notify_all()
+
+    def _end_itself(self, attempt: Attempt, end: Callable[[Attempt], None]) -> None:
+        try:
+            end(attempt)
+        except Exception:
+            log.exception("ending job %s failed; it is given back", attempt.job.id)
+            try:
+                release_many([attempt.held])
+            except Exception:  # its lease ends with the session
+                log.warning("giving back job %s failed", attempt.job.id, exc_info=True)
 
     def _end(self, held: HeldJob, completion: Any) -> None:
         with self._cond:
@@ -409,14 +457,17 @@ class Worker:
     def _finish_loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._ends or self._releases):
+                while not (self._ends or self._releases or self._own_ends):
                     if self._finishing.is_set():
                         return
                     self._cond.wait(0.5)
                 ends, self._ends = self._ends, []
                 releases, self._releases = self._releases, []
+                own, self._own_ends = self._own_ends, []
                 self._committing = True
             try:
+                for attempt, end in own:
+                    self._end_itself(attempt, end)
                 if ends:
                     finish_many(ends)
                 if releases:
@@ -433,7 +484,7 @@ class Worker:
         """Nothing held, running or waiting to be committed here."""
         with self._cond:
             return not (self._ready or self._running or self._starting or self._ends or self._releases
-                        or self._committing)
+                        or self._own_ends or self._committing)
 
     def running_ids(self) -> list[str]:
         """Ids of the jobs running now."""
