@@ -1,5 +1,6 @@
-"""Holding jobs from the event loop: claiming them and ending them in batches, for the async worker
-(:mod:`zkqueue.aio.worker`) and the async take scope (:mod:`zkqueue.aio.jobs`).
+"""Holding jobs from the event loop: claiming them and ending them, for the async take scope
+(:mod:`zkqueue.aio.jobs`) and the async flow worker (:mod:`zkqueue.aio.flow_worker`). (Async job workers run on the
+one worker runtime, :mod:`zkqueue.runtime`.)
 
 Both only need what :class:`JobSource` names (the wrapped sync queue, the thread pool, the path), so neither
 imports the other. Claims and ends are the job layer's own seams (``JobQueue.claim_many``,
@@ -62,61 +63,3 @@ async def end_held(source: JobSource, ends: list[tuple[HeldJob, Completion]], gi
         await source.offloader.run(finish_many, ends)
     if give_back:
         await source.offloader.run(release_many, give_back)
-
-
-class Finisher:
-    """Commits the ends of held jobs in batches: everything decided while the previous batch was committing goes
-    in the next engine call. One per worker; :meth:`flush` waits until all is committed."""
-
-    def __init__(self, source: JobSource) -> None:
-        self._source = source
-        self._ends: list[tuple[HeldJob, Completion]] = []
-        self._releases: list[HeldJob] = []
-        self._wake = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
-        self._task: asyncio.Task[None] | None = None
-
-    def finish(self, held: HeldJob, completion: Completion) -> None:
-        self._ends.append((held, completion))
-        self._kick()
-
-    def release(self, held: HeldJob) -> None:
-        self._releases.append(held)
-        self._kick()
-
-    def _kick(self) -> None:
-        self._drained.clear()
-        self._wake.set()
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._pump(), name="zkqueue-aio-finisher")
-
-    async def _pump(self) -> None:
-        off = self._source.offloader
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._ends or self._releases:
-                ends, self._ends = self._ends, []
-                releases, self._releases = self._releases, []
-                try:
-                    if ends:  # shielded: a commit under way is never abandoned half-way by a cancellation
-                        await asyncio.shield(off.submit(finish_many, ends))
-                    if releases:
-                        await asyncio.shield(off.submit(release_many, releases))
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # e.g. the job queue was closed: the leases expire with the engine
-                    log.warning("ending %d job(s) of %s failed", len(ends) + len(releases), self._source.path,
-                                exc_info=True)
-            self._drained.set()
-
-    async def flush(self) -> None:
-        """Wait until every end given so far is committed (or failed and logged)."""
-        await self._drained.wait()
-
-    async def close(self) -> None:
-        await self.flush()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
