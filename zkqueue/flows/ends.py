@@ -7,6 +7,10 @@ calls :func:`settle` once with the handler's value or its exception. :func:`sett
 JSON), and commits the end: the hand-off in one fenced multi (:mod:`zkqueue.flows.handoff`), a retry with the
 step's policy (the job layer's requeue with a due time), or a dead step handed off as a failure. Both calls block
 on ZooKeeper; neither calls the handler.
+
+Where the flow record is read apart from the held job (the worker runtime's handler thread, which gets the job
+only), :func:`look` reads it and :meth:`StepRun.of` joins what it read to the held job; an attempt that failed
+without a run of its own (timed out, or its handler raised) ends with :func:`fail`.
 """
 
 from __future__ import annotations
@@ -49,6 +53,16 @@ class EndedFlow(Protocol):
     def retry_of(self, step: Step) -> RetryPolicy: ...
 
 
+@dataclass(frozen=True)
+class StepView:
+    """What :func:`look` read for a step job: the flow record and its version (``read``), the handler's ``job``
+    (None when the step job is to be dropped without running) and the shared data as it was (``before``)."""
+
+    read: Any
+    job: StepJob | None
+    before: dict[str, Any]
+
+
 @dataclass
 class StepRun:
     """One claimed step job between :func:`begin` and :func:`settle`. ``job`` is what the handler gets; None when
@@ -61,25 +75,38 @@ class StepRun:
     job: StepJob | None
     before: dict[str, Any]
 
+    @classmethod
+    def of(cls, step: Step, held: HeldJob, view: StepView) -> StepRun:
+        """The run of ``held`` whose flow record :func:`look` read as ``view``."""
+        return cls(step, held, StepRef(step.name, held.record, held.version, held.ack_ops), view.read, view.job,
+                   view.before)
+
+
+def look(flow: EndedFlow, step: Step, job_id: str, run: int, attempt: int) -> StepView:
+    """Read the flow record of ``job_id`` (blocks) and build the job ``step``'s handler gets for its attempt number
+    ``attempt`` of the flow job's run ``run``; the view's job is None when that run is over (failed, or gone, or
+    another run is going on)."""
+    read = flow.handoff.read(job_id)
+    rec = read[0] if read is not None else None
+    if rec is None or rec.run != run or rec.state is not FlowState.RUNNING:
+        return StepView(read, None, {})
+    job = StepJob(rec.id, step.name, attempt, rec.params, dict(rec.results), list(rec.errors),
+                  copy.deepcopy(rec.data))
+    return StepView(read, job, copy.deepcopy(rec.data))
+
 
 def begin(flow: EndedFlow, step: Step, held: HeldJob) -> StepRun:
     """Read the flow record of ``held`` and build its handler's job (blocks). On any error the job is given
     back (released) and the error raised."""
-    ref = StepRef(step.name, held.record, held.version, held.ack_ops)
     try:
-        read = flow.handoff.read(held.record.id)
-        rec = read[0] if read is not None else None
-        if rec is None or rec.run != store.run_of(held.record) or rec.state is not FlowState.RUNNING:
-            return StepRun(step, held, ref, read, None, {})
-        job = StepJob(rec.id, step.name, held.record.attempts, rec.params, dict(rec.results), list(rec.errors),
-                      copy.deepcopy(rec.data))
-        return StepRun(step, held, ref, read, job, copy.deepcopy(rec.data))
+        return StepRun.of(step, held, look(flow, step, held.record.id, store.run_of(held.record),
+                                           held.record.attempts))
     except BaseException:
         held.release()
         raise
 
 
-def settle(flow: EndedFlow, run: StepRun, value: Any = None, error: Exception | None = None) -> str:
+def settle(flow: EndedFlow, run: StepRun, value: Any = None, error: BaseException | None = None) -> str:
     """Commit the end of ``run`` (blocks): the handler returned ``value``, or raised ``error``. Returns
     :data:`COMPLETED`, :data:`RETRIED`, :data:`DEAD`, :data:`DROPPED` or :data:`RELEASED`. Exactly one end is
     committed (or the job is given back); an exit exception (BaseException) gives the job back and is raised."""
@@ -108,7 +135,14 @@ def settle(flow: EndedFlow, run: StepRun, value: Any = None, error: Exception | 
     return COMPLETED if _end(flow, run.held, run.ref, ending, run.read) else RELEASED
 
 
-def _failed(flow: EndedFlow, run: StepRun, exc: Exception) -> str:
+def fail(flow: EndedFlow, step: Step, held: HeldJob, error: BaseException) -> str:
+    """Commit a failed attempt of ``held`` whose flow record was not read for it (blocks): an attempt timed out, or
+    whose handler (or the read before it) raised. As :func:`settle` with ``error``: retried by the step's policy,
+    or dead and handed off as a failure. Returns :data:`RETRIED`, :data:`DEAD` or :data:`RELEASED`."""
+    return _failed(flow, StepRun.of(step, held, StepView(handoff.UNREAD, None, {})), error)
+
+
+def _failed(flow: EndedFlow, run: StepRun, exc: BaseException) -> str:
     step, held, record = run.step, run.held, run.held.record
     trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
     errors = record.failed(f"{type(exc).__name__}: {exc}", trace)
@@ -154,5 +188,5 @@ def release(held: HeldJob) -> None:
 
 _MISSING = object()
 
-__all__ = ["COMPLETED", "DEAD", "DROPPED", "RELEASED", "RETRIED", "EndedFlow", "StepRun", "begin", "release",
-           "settle"]
+__all__ = ["COMPLETED", "DEAD", "DROPPED", "RELEASED", "RETRIED", "EndedFlow", "StepRun", "StepView", "begin", "fail",
+           "look", "release", "settle"]

@@ -56,7 +56,15 @@ class Paths:
 def run_of(record: Record) -> int:
     """The flow run a step's job belongs to (0 if its params do not say)."""
     try:
-        return int(json.loads(record.params)["run"])
+        return run_in(json.loads(record.params))
+    except Exception:
+        return 0
+
+
+def run_in(params: Any) -> int:
+    """The flow run named by a step job's params as its job queue decodes them (0 if they do not say)."""
+    try:
+        return int(params["run"])
     except Exception:
         return 0
 
