@@ -28,6 +28,8 @@ from zkqueue.flows.model import FlowJob, FlowRecord, FlowState
 from zkqueue.flows.worker import FlowWorker
 from zkqueue.formats import naming
 from zkqueue.jobs import JobQueue, Keep, RetryPolicy, names
+from zkqueue.jobs.model import check_timeout
+from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.flows.flow")
@@ -151,8 +153,9 @@ class Flow:
         flow.start(create=False)
         return flow
 
-    def close(self) -> None:
-        """Stop every worker (running steps end first), then the step queues. Idempotent."""
+    def close(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
+        """Stop every worker (running steps get ``timeout`` seconds to end, then are given back), then the step
+        queues. Idempotent."""
         with self._lock:
             workers, self._workers = self._workers, []
             self._state = "closed"
@@ -162,9 +165,9 @@ class Flow:
         if reaper is not None and reaper is not threading.current_thread():
             reaper.join(10.0)
         for worker in workers:
-            worker.stop()
+            worker.stop(timeout)
         for jq in queues:
-            jq.close()
+            jq.close(timeout)
 
     def __enter__(self) -> Flow:
         self.start()
@@ -236,19 +239,24 @@ class Flow:
         raise QueueStateError(f"adding flow job {job_id!r} to {self.paths.root} kept racing")
 
     # ------------------------------------------------------------------------------------------ working
-    def work(self, concurrency: int = 1, steps: Sequence[str] | None = None) -> FlowWorker:
-        """Run ``concurrency`` worker threads for each step (or only ``steps``) until :meth:`FlowWorker.stop`, the
-        end of its ``with`` block, or close()."""
+    def work(self, concurrency: int = 1, steps: Sequence[str] | None = None, *,
+             timeout: float | None = None) -> FlowWorker:
+        """Run the handlers of every step (or only ``steps``) on the worker runtime, ``concurrency`` at once across
+        those steps, until :meth:`FlowWorker.stop`, the end of its ``with`` block, or close(). ``timeout``: seconds
+        one attempt of a step may run (None: no limit); past it the attempt fails with
+        :class:`~zkqueue.errors.JobTimeoutError` and is retried by the step's policy (or is dead, and the flow job
+        learns of it), and the hung handler's late result is refused. See :mod:`zkqueue.flows.worker`."""
         self._check_writable()
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        timeout = check_timeout(timeout)
         if isinstance(steps, str):
             steps = [steps]
         chosen = [self.definition.step(s) for s in steps] if steps is not None else list(
             self.definition.steps.values())
         if not chosen:
             raise ConfigurationError("no steps to work on")
-        worker = FlowWorker(self, chosen, concurrency)
+        worker = FlowWorker(self, chosen, concurrency, timeout=timeout)
         with self._lock:
             self._workers.append(worker)
             reaper = None

@@ -1,30 +1,43 @@
-"""Flow workers: threads that claim step jobs, run their handlers and commit the hand-offs.
+"""Flow workers: a flow's step jobs on the one worker runtime (:mod:`zkqueue.runtime`).
 
-Each worker thread serves one step: it takes a slot of the step's semaphore (kazoo's ``Semaphore`` recipe, when
-the step has a ``max_concurrency``: a bound across every worker of the flow), claims one job of the step's queue
-(the job layer counts the attempt, fenced by the lease), runs the handler and ends the step: a result or ``Next``
-hands off (:mod:`zkqueue.flows.handoff`), an error is retried by the step's policy (the job layer's requeue with a
-due time) or, once dead, hands off as a failure. A thread never dies silently: errors of its own are logged,
-counted and followed by a growing pause.
+:meth:`Flow.work <zkqueue.flows.Flow.work>` runs one :class:`~zkqueue.runtime.Worker` over the job queues of the
+chosen steps, as ``JobQueue.work`` runs one over its queue: claimers lease step jobs ahead of free slots without
+counting an attempt, the dispatcher counts each attempt as its job starts and enforces timeouts, and the handlers
+run on the thread driver, ``concurrency`` at once across the steps. On its handler thread a step job reads its
+flow record (:func:`zkqueue.flows.ends.look`) and runs the step's handler; its end is the flow's own
+(:attr:`Route.end <zkqueue.runtime.Route>`): a result or ``Next`` hands off in one fenced multi, an error is retried
+by the step's policy or, once dead, hands off as a failure (:mod:`zkqueue.flows.ends`). So:
+
+- **Timeouts** (``Flow.work(timeout=)``): an attempt past it fails with :class:`~zkqueue.errors.JobTimeoutError`,
+  recorded through the step's policy like any error (retried, or dead and handed off as a failure, so the flow
+  record learns of it); the hung thread is let go and replaced, and its late result or error is refused.
+- **Stop** (:meth:`FlowWorker.stop`): warm first (no more claims, step jobs held ahead given back uncounted,
+  running handlers get ``timeout`` seconds to finish and hand off), then cold (the running ones are given back, their
+  attempt counted).
+- **max_concurrency**: such a step's jobs are claimed under leases of the flow's semaphore for it
+  (:mod:`zkqueue.flows.limits`), a bound across every worker of the flow.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
-import os
-import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from typing import Any, Protocol
 
 from zkqueue.errors import ConfigurationError
 from zkqueue.flows import ends, store
 from zkqueue.flows.definition import Definition, Step
 from zkqueue.flows.handoff import Handoff
+from zkqueue.flows.limits import LimitedStep
 from zkqueue.jobs import JobQueue, RetryPolicy
-from zkqueue.jobs.scope import HeldJob
+from zkqueue.jobs.model import Job
+from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
+from zkqueue.runtime import Attempt, Route, ThreadDriver, Worker
 
+log = logging.getLogger("zkqueue.flows.worker")
 
 
 class WorkedFlow(Protocol):
@@ -39,44 +52,55 @@ class WorkedFlow(Protocol):
 
     def retry_of(self, step: Step) -> RetryPolicy: ...
 
-log = logging.getLogger("zkqueue.flows.worker")
-
-#: How long a worker thread waits for a job (or a semaphore slot) before it looks at its stop flag again.
-POLL_SECONDS = 0.25
-
 
 class FlowWorker:
-    """Running workers of a flow; :meth:`stop` (or leaving the ``with`` block) lets running steps finish."""
+    """The running worker of a flow's ``steps`` (see the module docs): ``concurrency`` step handlers at once,
+    ``timeout`` seconds per attempt (None: no limit). :meth:`stop` (or leaving the ``with`` block) drains it.
 
-    def __init__(self, flow: WorkedFlow, steps: list[Step], concurrency: int) -> None:
+    ``handled``: step jobs this worker ended (handed off, retried, dead or dropped); ``errors``: ends that failed
+    to commit with an error (logged; the job was given back)."""
+
+    def __init__(self, flow: WorkedFlow, steps: list[Step], concurrency: int, *,
+                 timeout: float | None = None) -> None:
         self._flow = flow
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self.errors = 0  # worker-loop errors (logged)
-        self.handled = 0  # step jobs ended by these workers
-        self._pools: list[ThreadPoolExecutor] = []
-        self._threads: list[threading.Thread] = []
+        self.handled = 0
+        self.errors = 0
+        self._ends: Counter[str] = Counter()
+        name = f"zkqueue-flow-{flow.paths.root}"
+        driver = ThreadDriver(f"{name}-step")
+        self._limited: list[LimitedStep] = []
+        sources: list[Any] = []
+        routes: dict[int, Route] = {}
         for step in steps:
-            if step.max_concurrency is not None:  # a semaphore slot per run: one thread claims one job at a time
-                self._threads += [threading.Thread(target=self._serve_limited, args=(step,),
-                                                   name=f"zkqueue-flow-{step.name}-{i}", daemon=True)
-                                  for i in range(concurrency)]
-            else:  # one thread claims as many jobs as there are free threads in the step's pool
-                pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"zkqueue-flow-{step.name}")
-                self._pools.append(pool)
-                self._threads.append(threading.Thread(target=self._serve, args=(step, pool, concurrency),
-                                                      name=f"zkqueue-flow-{step.name}-claims", daemon=True))
-        for thread in self._threads:
-            thread.start()
+            source: Any = flow.queue(step.name)
+            limited = None
+            if step.max_concurrency is not None:
+                limited = LimitedStep(source, flow.client, flow.paths.limit(step.name), step.max_concurrency,
+                                      concurrency, f"{name}-{step.name}")
+                self._limited.append(limited)
+                source = limited
+            sources.append(source)
+            routes[id(source)] = Route(driver, functools.partial(self._run, step),
+                                       end=functools.partial(self._end, step, limited))
+        #: The worker runtime under this flow worker.
+        self.runtime = Worker(sources, lambda source, _job: routes[id(source)], [driver], concurrency=concurrency,
+                              timeout=timeout, block_leases=False, name=name)
+        self.runtime.start()
 
-    def stop(self, timeout: float | None = 60.0) -> None:
-        """Stop claiming; wait for running steps to end and commit."""
-        self._stop.set()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout)
-        for pool in self._pools:
-            pool.shutdown(wait=True)
+    # ------------------------------------------------------------------------------------------ life cycle
+    def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> bool:
+        """Stop claiming; give back the step jobs held ahead (uncounted); let running handlers finish and hand off
+        within ``timeout`` seconds (None: as long as they take), then give the rest back (a cold stop, their
+        attempt counted). Idempotent. True when every running handler finished (a warm stop)."""
+        warm = self.runtime.stop(timeout)
+        for limited in self._limited:
+            limited.close()
+        return warm
+
+    def kill(self) -> None:
+        """Make a stop cold now (see :meth:`Worker.kill <zkqueue.runtime.Worker.kill>`); :meth:`stop` ends it."""
+        self.runtime.kill()
 
     def __enter__(self) -> FlowWorker:
         return self
@@ -84,99 +108,63 @@ class FlowWorker:
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
 
-    # ------------------------------------------------------------------------------------------ loops
-    def _serve(self, step: Step, pool: ThreadPoolExecutor, concurrency: int) -> None:
-        free = threading.Semaphore(concurrency)
+    @property
+    def in_flight(self) -> int:
+        """Step handlers running now (and ends being committed)."""
+        return self.runtime.in_flight
 
-        def run(held: HeldJob) -> None:
-            try:
-                self._handle(step, held)
-            except Exception:
-                self._loop_error(step, 1)
-            finally:
-                free.release()
+    def running_ids(self) -> list[str]:
+        """Flow job ids of the step jobs running now."""
+        return self.runtime.running_ids()
 
-        def claim() -> None:
-            if not free.acquire(timeout=POLL_SECONDS):
-                return
-            n = 1
-            while n < concurrency and free.acquire(blocking=False):
-                n += 1
-            try:
-                helds = self._flow.queue(step.name).claim_many(n, timeout=POLL_SECONDS)
-            except BaseException:
-                for _ in range(n):
-                    free.release()
-                raise
-            for _ in range(n - len(helds)):
-                free.release()
-            for held in helds:
-                pool.submit(run, held)
-
-        self._forever(step, claim)
-
-    def _serve_limited(self, step: Step) -> None:
-        ident = f"{socket.gethostname()}-{os.getpid()}-{threading.current_thread().name}"
-        sem = self._flow.client.Semaphore(self._flow.paths.limit(step.name), ident, max_leases=step.max_concurrency)
-
-        def claim_and_run() -> None:
-            if not sem.acquire(timeout=POLL_SECONDS):
-                return
-            try:
-                held = self._flow.queue(step.name).claim(timeout=POLL_SECONDS)
-                if held is not None:
-                    self._handle(step, held)
-            finally:
-                sem.release()
-
-        self._forever(step, claim_and_run)
-
-    def _forever(self, step: Step, once: Any) -> None:
-        """Call ``once()`` until stopped; errors are logged and counted, with a growing pause between them."""
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                once()
-                failures = 0
-            except Exception:
-                failures += 1
-                self._loop_error(step, failures)
-                self._stop.wait(min(5.0, 0.05 * 2 ** min(failures, 7)))
-            except BaseException:
-                log.exception("flow worker of step %s stops on an exit exception", step.name)
-                raise
-
-    def _loop_error(self, step: Step, failures: int) -> None:
+    def stats(self) -> dict[str, int]:
+        """This worker's step jobs so far: ``completed`` (handed off), ``retried``, ``dead``, ``dropped`` (their
+        flow job had failed or was gone), ``released`` (given back: the lease was lost, or the hand-off could not
+        commit), and from the runtime ``timed_out``, ``given_back`` (cold stop), ``returned`` (held ahead, given
+        back unstarted), ``in_flight``, ``held`` and ``started``."""
+        runtime = self.runtime.stats()
         with self._lock:
-            self.errors += 1
-        log.warning("flow worker of step %s: error (%d in a row); going on", step.name, failures, exc_info=True)
+            out = {k: self._ends.get(k, 0) for k in (ends.COMPLETED, ends.RETRIED, ends.DEAD, ends.DROPPED,
+                                                      ends.RELEASED)}
+        return {**out, **{k: runtime[k] for k in ("timed_out", "given_back", "returned", "in_flight", "held",
+                                                   "started")}}
 
     # ------------------------------------------------------------------------------------------ one step job
-    def _handle(self, step: Step, held: HeldJob) -> None:
-        """Run one claimed step job on this thread and commit its end (:mod:`zkqueue.flows.ends`)."""
-        run = ends.begin(self._flow, step, held)
-        if run.job is None:  # the flow job failed meanwhile, or is gone: the step is dropped
-            outcome = ends.settle(self._flow, run)
-        else:
-            try:
-                value = step.handler(run.job)
-                if inspect.iscoroutine(value):
-                    value.close()
-                    raise ConfigurationError(f"step {step.name} has a coroutine handler: run it with "
-                                             "zkqueue.aio.AsyncFlow.work")
-            except Exception as exc:
-                outcome = ends.settle(self._flow, run, error=exc)
-            except BaseException:
-                ends.release(held)
-                raise
+    def _run(self, step: Step, job: Job) -> tuple[ends.StepView, Any]:
+        """A step job's call on its handler thread: read its flow record and run the handler (unless the flow job's
+        run is over). What it raises fails the attempt (:meth:`_end`)."""
+        view = ends.look(self._flow, step, job.id, store.run_in(job.params), job.attempts)
+        if view.job is None:  # the flow job failed meanwhile, is gone, or runs again: dropped unrun
+            return view, None
+        value = step.handler(view.job)
+        if inspect.iscoroutine(value):
+            value.close()
+            raise ConfigurationError(f"step {step.name} has a coroutine handler: run it with "
+                                     "zkqueue.aio.AsyncFlow.work")
+        return view, value
+
+    def _end(self, step: Step, limited: LimitedStep | None, attempt: Attempt) -> None:
+        """Commit a settled attempt's end (the runtime's :attr:`Route.end <zkqueue.runtime.Route>`): on its handler
+        thread, or on the runtime's finisher for a timeout. A late result of a timed-out attempt never comes here
+        (the attempt refuses it)."""
+        held = attempt.held
+        try:
+            if attempt.error is not None:  # the handler (or the read before it) raised, or the attempt timed out
+                outcome = ends.fail(self._flow, step, held, attempt.error)
             else:
-                outcome = ends.settle(self._flow, run, value)
-        if outcome != ends.RELEASED:
-            self._count()
-
-    def _count(self) -> None:
+                view, value = attempt.result
+                outcome = ends.settle(self._flow, ends.StepRun.of(step, held, view), value)
+        except Exception:
+            with self._lock:
+                self.errors += 1
+            raise  # logged by the runtime, which gives the job back
+        finally:
+            if limited is not None:
+                limited.done([held])
         with self._lock:
-            self.handled += 1
+            self._ends[outcome] += 1
+            if outcome != ends.RELEASED:
+                self.handled += 1
 
 
-__all__ = ["FlowWorker", "POLL_SECONDS"]
+__all__ = ["FlowWorker", "WorkedFlow"]
