@@ -1,6 +1,7 @@
 """The ordered consumer (zkqueue.progress) through faults on the 3-node ensemble, with exact accounting.
 
-- The active consumer process is SIGKILLed: the standby process takes over from the stored index.
+- The active consumer process is SIGKILLed: the standby process takes over from the stored index (the index as
+  its session's end left it: the standby is held meanwhile, so that the test reads it before anyone writes again).
 - A ZooKeeper leader is killed while two consumer processes run.
 - The active consumer's session expires while one of its jobs runs: the standby takes over, and the old leader
   (whose client gets a new session) never writes progress again.
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kazoo.recipe.lock import Lock
 from kazoo.recipe.watchers import DataWatch
 
 from faultcheck import read_journal  # type: ignore[import-not-found]
@@ -35,6 +37,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(300)
 HERE = Path(__file__).parent
 JOBS = 500
 LOG, PROGRESS = "/logs/blocks", "/progress/verifier"
+HOLDS = "/holds"
 
 
 class _Stored:
@@ -65,10 +68,10 @@ def _prepare(hosts: str) -> tuple:
     return client, log
 
 
-def _spawn(hosts: str, journal_dir: Path, name: str, work: float = 0.01) -> subprocess.Popen:
+def _spawn(hosts: str, journal_dir: Path, name: str, work: float = 0.01, hold: str | None = None) -> subprocess.Popen:
     cfg = {"hosts": hosts, "log": LOG, "progress": PROGRESS, "journal": str(journal_dir / f"{name}.jsonl"),
            "session_timeout": 4.0, "work_seconds": work, "max_processing": 4, "max_search_ahead": 50,
-           "progress_interval": 0.1, "progress_batch": 10, "name": name}
+           "progress_interval": 0.1, "progress_batch": 10, "name": name, "hold": hold}
     out = open(journal_dir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen([sys.executable, str(HERE / "progressworker.py"), json.dumps(cfg)], stdout=out,
                             stderr=subprocess.STDOUT, cwd=HERE)
@@ -98,14 +101,25 @@ def test_progress_failover_when_the_active_process_is_killed(ensemble, journal_d
     hosts = fresh_chroot(ensemble.connect_string, "/progress-faults-")
     client, log = _prepare(hosts)
     stored = _Stored(client, PROGRESS)
-    procs = {name: _spawn(hosts, journal_dir, name) for name in ("p0", "p1")}
+    procs = {name: _spawn(hosts, journal_dir, name, hold=f"{HOLDS}/{name}") for name in ("p0", "p1")}
     try:
         wait_for(lambda: stored.last() >= JOBS // 4, timeout=60, interval=0.05)
         active = stored.values[-1][2]
         survivor = "p1" if active == "p0" else "p0"
+        client.create(f"{HOLDS}/{survivor}", makepath=True)  # once elected, its jobs wait: no progress write
         os.kill(procs[active].pid, signal.SIGKILL)
         procs[active].wait(10)
-        at_kill = stored.last()
+        # The killed process's last write may still commit, and its data-watch notice arrive, after the kill: the
+        # stored index it left is the one its session's end leaves (no write of it lands after that), read
+        # directly, not from the watch. The held standby cannot have written over it yet.
+        contenders = Lock(client, f"{PROGRESS}/leader").contenders
+        wait_for(lambda: active not in contenders(), timeout=30, interval=0.05,
+                 message=f"the session of the killed {active} never ended")
+        data, _stat = client.get(PROGRESS)
+        left = json.loads(data)
+        assert left["by"] == active, f"progress written by {left['by']} while it was held"
+        at_kill = left["index"]
+        client.delete(f"{HOLDS}/{survivor}")
         wait_for(lambda: stored.last() == JOBS, timeout=90, interval=0.1,
                  message=f"progress stuck at {stored.last()} after the kill")
     finally:
