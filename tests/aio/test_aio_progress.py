@@ -1,7 +1,8 @@
 """AsyncProgressConsumer on a real ZooKeeper: coroutine workers many-in-flight with progress over consecutive
 finished jobs, sync and async consumers taking over from each other's stored index, retries that never skip a job,
 failover to a standby after a crash, an exactly-once hand-off awaited, a wait_processed that leaves the loop
-free, and a stop after a lost session that waits for the worker still running."""
+free, a stop after a lost session that waits for the worker still running, and a term elected again after a lost
+session that does not start a job whose earlier run still runs."""
 
 from __future__ import annotations
 
@@ -283,6 +284,63 @@ async def test_stop_after_a_lost_session_returns_only_once_the_running_worker_fi
                                      max_processing=3, progress_interval=0.0) as b:
         assert await b.wait_processed(60, timeout=30)
     assert sorted(runs[len(before):]) == list(range(41, 61))  # 41 once more in the takeover, nothing twice
+
+
+@pytest.mark.asyncio
+async def test_a_term_elected_again_does_not_start_a_job_whose_earlier_run_still_runs(zk_client_factory) -> None:
+    """The session ends while job 11's coroutine runs and the consumer is elected again in the same process: the new
+    term must not start job 11 again while that coroutine still runs. The held run is released by job 11 starting
+    a second time (the bug, recorded) or by the consumer logging that its new term waits for the earlier term's
+    runs (the fix); no timer decides."""
+    client = zk_client_factory()
+    log = JobLog(client, "/logs/again")
+    fill(log, 20)
+    held = 11
+    loop = asyncio.get_running_loop()
+    first_running, release = asyncio.Event(), asyncio.Event()
+    calls = {"started": 0, "inside": 0}
+    overlaps: list[int] = []
+    runs: list[int] = []
+
+    async def worker(index: int, job: bytes) -> None:
+        if index == held:
+            calls["started"] += 1
+            nth = calls["started"]
+            if calls["inside"]:
+                overlaps.append(nth)
+                release.set()  # the bug happened: let the first run end
+            calls["inside"] += 1
+            try:
+                if nth == 1:
+                    first_running.set()
+                    await release.wait()  # the session is lost, and the consumer elected again, while it runs
+            finally:
+                calls["inside"] -= 1
+        runs.append(index)
+
+    c = AsyncProgressConsumer(client, jobs=log, progress_path="/progress/again", worker=worker, max_processing=2,
+                              max_search_ahead=2, progress_interval=0.0, progress_batch=1, identifier="a")
+    handler = _OnRecord("of an earlier term", lambda: loop.call_soon_threadsafe(release.set))
+    consumer_log = logging.getLogger("zkqueue.progress.consumer")
+    level = consumer_log.level
+    consumer_log.setLevel(logging.INFO)
+    consumer_log.addHandler(handler)
+    await c.start()
+    try:
+        await asyncio.wait_for(first_running.wait(), 30)
+        await asyncio.to_thread(wait_for, lambda: c.stored_index == held - 1, 30)
+        await asyncio.to_thread(expire_session, client)
+        assert await c.wait_processed(20, timeout=60), f"stuck at {c.processed_index}"
+    finally:
+        release.set()
+        await c.stop()
+        consumer_log.removeHandler(handler)
+        consumer_log.setLevel(level)
+    assert overlaps == [], f"job {held} started again while its first run still ran"
+    assert c.stats().elected == 2
+    assert calls["started"] == 2  # run again in the new term, once the first run had returned
+    assert c.peak_running <= 2  # the earlier term's run and the new term's never added up past max_processing
+    assert sorted(set(runs)) == list(range(1, 21))
 
 
 def test_thread_workers_are_refused(zk_client) -> None:

@@ -20,6 +20,9 @@ async with AsyncProgressConsumer(client, jobs=log, progress_path="/progress/veri
   thread pool, not the loop. It returns once every worker coroutine has returned, those of a term that ended
   with a lost session too (they are waited for, not cancelled). Jobs the loop cancels outside of a stop (e.g.
   the loop shuts down) are not finished: the consumer steps down and the jobs above the stored index run again.
+- A term elected again after a lost session starts no coroutine until those of the term before it have returned
+  (the sync consumer's coordinator decides): one job never runs twice at once, nor more than ``max_processing``
+  coroutines at once.
 - :meth:`wait_processed` waits on the consumer's progress callback, bridged to the loop (no polling).
 - ``start``, ``stop``, ``leader`` and ``ctx.append_and_done`` run in ONE small thread pool (``executor_threads``).
 """

@@ -26,7 +26,7 @@ with c:                                     # appends wake it (a watch); c.check
 
 Modules: ``log`` (JobLog), ``watch`` (append notifications), ``store`` (the progress node), ``window`` (in-memory
 window), ``attempts`` (retries), ``leader`` (election), ``context`` (hand-offs), ``inflight`` (runs not ended yet,
-waited for by ``stop()``), ``consumer`` (ProgressConsumer).
+waited for by ``stop()`` and by a new term), ``consumer`` (ProgressConsumer).
 """
 
 from zkqueue.jobs.retry import RetryPolicy

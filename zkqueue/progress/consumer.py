@@ -2,7 +2,11 @@
 never more than ``max_search_ahead`` past the processed index, and stores the processed index (which only moves
 over consecutive finished jobs) with compare-and-set. Several processes may run the same consumer: one is active
 (elected), the others stand by. The threads: one coordinator (``zkqueue-progress``) and ``max_processing``
-workers (``zkqueue-progress-worker``)."""
+workers (``zkqueue-progress-worker``).
+
+A term ends when the session is lost (or a write is fenced); the workers it started finish their current run and
+retry no more (a retry wait ends with the term). When the process is elected again, the new term starts no job
+until those runs have returned: it runs their jobs again, and one job never runs twice at once in one process."""
 
 from __future__ import annotations
 
@@ -184,6 +188,8 @@ class ProgressConsumer:
         self._finished: deque[tuple[int, int, bool | None]] = deque()  # (epoch, index, finished; None: died)
         self._handed: set[int] = set()
         self._epoch = 0
+        #: Set when the current term ends (or the consumer stops): its runs' retry waits end then.
+        self._term_over = threading.Event()
         self._active = False
         self._suspended = False
         self._lost = False
@@ -227,6 +233,7 @@ class ProgressConsumer:
         self._state = "closing"
         deadline = None if timeout is None else time.monotonic() + timeout
         self._stop.set()
+        self._term_over.set()
         self._leadership.cancel()
         self._wake.set()
         if self._thread is not None:
@@ -350,6 +357,9 @@ class ProgressConsumer:
                     self._leadership.resign()
                     break
                 self._epoch += 1
+                self._term_over = threading.Event()
+                if self._stop.is_set():  # stop() may have set the previous term's event
+                    self._term_over.set()
                 self._count("elected")
                 log.info("%s is the active consumer of %s (%s)", self.identifier, self.progress_path, fence)
                 try:
@@ -365,7 +375,8 @@ class ProgressConsumer:
                     backoff = min(backoff * 2, _ERROR_BACKOFF_MAX)
                 finally:
                     self._active = False
-                    self._epoch += 1  # workers of that term stop retrying
+                    self._epoch += 1  # workers of that term stop retrying,
+                    self._term_over.set()  # and those waiting for a retry stop waiting
                     self._window = None
                     self._leadership.resign()
         except BaseException as exc:  # never die silently
@@ -394,6 +405,13 @@ class ProgressConsumer:
         last_head = 0.0
         error_wait = 0.1
         missing_wait = 0.05
+        # Runs an earlier term of this process started and that have not returned (this term started none yet):
+        # their jobs are above the stored index, so this term runs them again. It starts no job until they all
+        # returned, or one job would run twice at once here (and more than max_processing would run).
+        earlier = self._inflight.count
+        if earlier:
+            log.info("%s waits for %d run(s) of an earlier term of %s to return before it starts jobs",
+                     self.identifier, earlier, self.progress_path)
         while True:
             if self._lost:
                 raise _SteppedDown("session lost")
@@ -403,7 +421,11 @@ class ProgressConsumer:
                     self._flush(window, markers)
                 return
             self._count("coordinator_loops")
-            self._wake.clear()
+            self._wake.clear()  # before the look at the runs in flight: a run that returns after it wakes us
+            if earlier and self._inflight.count == 0:
+                earlier = 0
+                log.info("the runs of an earlier term of %s returned: %s starts jobs", self.progress_path,
+                         self.identifier)
             if self._collect(window, epoch):
                 self._set_processed(window.processed)
             now = time.monotonic()
@@ -419,7 +441,7 @@ class ProgressConsumer:
                 timeout = min(timeout, self.poll_interval)
             if self._suspended:  # a due write waits for the connection: its return wakes us, else a floor
                 timeout = max(timeout, _SUSPENDED_WAIT)
-            if not self._suspended and window.free() > 0:
+            if not earlier and not self._suspended and window.free() > 0:
                 poll_due = self.poll_interval is not None and now - last_head >= self.poll_interval
                 if window.next_index > head and (self._checked or poll_due):
                     self._checked = False
@@ -554,8 +576,10 @@ class ProgressConsumer:
     def _task(self, epoch: int, fence: str, index: int, job: Any) -> JobTask:
         """Job ``index`` for the runner: its attempts (that stop when this term or the consumer ends), its context,
         and the report of its end (picked up by the coordinator)."""
+        term_over = self._term_over
+
         def opener() -> tuple[JobRun, JobContext | None]:
-            run = JobRun(index, self.retry, self._stuck_cbs, lambda: self._keep_going(epoch), self._stop.wait,
+            run = JobRun(index, self.retry, self._stuck_cbs, lambda: self._keep_going(epoch), term_over.wait,
                          self._count)
             return run, JobContext(index, run, self._store, fence, self._handed_off) if self.with_context else None
 

@@ -2,7 +2,9 @@
 
 A term's window forgets its running jobs when the term ends (the session was lost, or a write was fenced), but
 their worker calls go on until they return. :meth:`ProgressConsumer.stop` waits on this count, so that it
-returns only once every worker it started has finished, whichever term started it."""
+returns only once every worker it started has finished, whichever term started it; and a new term of the same
+consumer (elected again in this process) starts no job while it is above zero, since it runs those jobs again:
+one job never runs twice at once in one process."""
 
 from __future__ import annotations
 
