@@ -80,6 +80,7 @@ def test_a_step_timed_out_on_its_last_attempt_is_dead_and_the_flow_job_fails(zk_
             flow.add({}, job_id="stuck")
             with flow.work(timeout=0.3) as worker:
                 job = flow.wait("stuck", timeout=20)
+                release.set()  # the two hung handlers return now; their results are refused
             assert job.state is FlowState.FAILED and job.steps == {"stuck": "failed"} and job.pending == []
             assert [(e.step, e.attempt) for e in job.errors] == [("stuck", 1), ("stuck", 2)]
             assert all(e.error.startswith("JobTimeoutError") for e in job.errors)
@@ -105,7 +106,7 @@ def test_a_warm_stop_lets_running_steps_hand_off_and_gives_back_the_held_ones(zk
     flow.step("second", lambda job: seconds.append(job.id) or job.results["first"] * 10)
     with flow:
         ids = [flow.add(i, job_id=f"w{i}") for i in range(5)]
-        worker = flow.work(concurrency=2)
+        worker = flow.work(concurrency=2, prefetch=2)
         wait_for(lambda: worker.in_flight == 2 and worker.stats()["held"] == 2)
         running = set(worker.running_ids())
         threading.Timer(0.3, go.set).start()
@@ -134,10 +135,11 @@ def test_a_cold_stop_gives_running_steps_back_and_refuses_their_late_results(zk_
     (the flow records untouched), the held one uncounted; the hung handlers' results are refused when they come,
     and a later worker runs those steps again (attempt 2)."""
     go = threading.Event()
-    late = threading.Semaphore(0)
+    entered, late = threading.Semaphore(0), threading.Semaphore(0)
 
     def first(job):  # noqa: ANN001, ANN202
         if not go.is_set():  # the first worker's handlers hang until after its stop
+            entered.release()
             go.wait(30)
             late.release()
             return "stale"
@@ -148,9 +150,12 @@ def test_a_cold_stop_gives_running_steps_back_and_refuses_their_late_results(zk_
     flow.step("second", lambda job: job.results["first"])
     with flow:
         ids = [flow.add(i, job_id=f"c{i}") for i in range(3)]
-        worker = flow.work(concurrency=2)
-        wait_for(lambda: worker.in_flight == 2 and worker.stats()["held"] == 1)
+        worker = flow.work(concurrency=2, prefetch=1)
+        for _ in range(2):  # both handlers are running (not only started by the runtime)
+            assert entered.acquire(timeout=20)
+        wait_for(lambda: worker.stats()["held"] == 1)
         running = set(worker.running_ids())
+        assert len(running) == 2
         t0 = time.monotonic()
         assert worker.stop(timeout=0.3) is False
         assert time.monotonic() - t0 < 5
@@ -177,7 +182,7 @@ def test_bad_worker_options_raise_typed_errors_and_stop_waits_as_long_as_the_job
     flow = Flow(zk_client, PATH)
     flow.step("only", lambda job: None)
     with flow:
-        for bad in ({"concurrency": 0}, {"concurrency": True}, {"timeout": -1}, {"timeout": "1"}):
+        for bad in ({"concurrency": 0}, {"concurrency": True}, {"timeout": -1}, {"timeout": "1"}, {"prefetch": -1}):
             with pytest.raises(ConfigurationError):
                 flow.work(**bad)
     for stop in (FlowWorker.stop, Flow.close):

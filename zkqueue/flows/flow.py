@@ -239,13 +239,15 @@ class Flow:
         raise QueueStateError(f"adding flow job {job_id!r} to {self.paths.root} kept racing")
 
     # ------------------------------------------------------------------------------------------ working
-    def work(self, concurrency: int = 1, steps: Sequence[str] | None = None, *,
-             timeout: float | None = None) -> FlowWorker:
+    def work(self, concurrency: int = 1, steps: Sequence[str] | None = None, *, timeout: float | None = None,
+             prefetch: int | None = None) -> FlowWorker:
         """Run the handlers of every step (or only ``steps``) on the worker runtime, ``concurrency`` at once across
         those steps, until :meth:`FlowWorker.stop`, the end of its ``with`` block, or close(). ``timeout``: seconds
         one attempt of a step may run (None: no limit); past it the attempt fails with
         :class:`~zkqueue.errors.JobTimeoutError` and is retried by the step's policy (or is dead, and the flow job
-        learns of it), and the hung handler's late result is refused. See :mod:`zkqueue.flows.worker`."""
+        learns of it), and the hung handler's late result is refused. ``prefetch``: step jobs held ahead of free
+        slots (None: the runtime's default), their attempt counted only when they start. See
+        :mod:`zkqueue.flows.worker`."""
         self._check_writable()
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -256,7 +258,7 @@ class Flow:
             self.definition.steps.values())
         if not chosen:
             raise ConfigurationError("no steps to work on")
-        worker = FlowWorker(self, chosen, concurrency, timeout=timeout)
+        worker = FlowWorker(self, chosen, concurrency, timeout=timeout, prefetch=prefetch)
         with self._lock:
             self._workers.append(worker)
             reaper = None

@@ -50,6 +50,12 @@ class LimitedStep:
     def outcomes(self) -> JobOutcomes:
         return self.queue.outcomes
 
+    def __getattr__(self, name: str) -> Any:
+        """Anything else the runtime asks of a job queue (``rate_limited``, ...) is the step's job queue's."""
+        if name == "queue":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.queue, name)
+
     def leased(self) -> int:
         """Leases held now (by jobs claimed ahead or running)."""
         with self._lock:

@@ -55,13 +55,14 @@ class WorkedFlow(Protocol):
 
 class FlowWorker:
     """The running worker of a flow's ``steps`` (see the module docs): ``concurrency`` step handlers at once,
-    ``timeout`` seconds per attempt (None: no limit). :meth:`stop` (or leaving the ``with`` block) drains it.
+    ``timeout`` seconds per attempt (None: no limit), ``prefetch`` step jobs held ahead of free slots (None: the
+    runtime's default; no attempt is counted for them). :meth:`stop` (or leaving the ``with`` block) drains it.
 
     ``handled``: step jobs this worker ended (handed off, retried, dead or dropped); ``errors``: ends that failed
     to commit with an error (logged; the job was given back)."""
 
-    def __init__(self, flow: WorkedFlow, steps: list[Step], concurrency: int, *,
-                 timeout: float | None = None) -> None:
+    def __init__(self, flow: WorkedFlow, steps: list[Step], concurrency: int, *, timeout: float | None = None,
+                 prefetch: int | None = None) -> None:
         self._flow = flow
         self._lock = threading.Lock()
         self.handled = 0
@@ -85,7 +86,7 @@ class FlowWorker:
                                        end=functools.partial(self._end, step, limited))
         #: The worker runtime under this flow worker.
         self.runtime = Worker(sources, lambda source, _job: routes[id(source)], [driver], concurrency=concurrency,
-                              timeout=timeout, block_leases=False, name=name)
+                              timeout=timeout, prefetch=prefetch, block_leases=False, name=name)
         self.runtime.start()
 
     # ------------------------------------------------------------------------------------------ life cycle
