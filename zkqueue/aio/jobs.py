@@ -300,7 +300,7 @@ class AsyncJobQueue(Opened):
         worker.stop()`` or close(): its return value is stored as the result; an exception (or running past the
         job's ``timeout``, else this ``timeout``) retries the job or sends it to the dead letters. A handler step
         that blocks the loop longer than ``slow_after`` seconds is reported once per job. ``prefetch`` jobs (default:
-        ``concurrency``; 0: none) are claimed ahead of free slots. ``block_leases``: hold claimed jobs under block
+        ``max(concurrency, 32)``; 0: none) are claimed ahead of free slots, their attempt counted only when they start. ``block_leases``: hold claimed jobs under block
         leases (True), item leases (False), or block leases while handlers take 0.25 s or less on average (None);
         see :mod:`zkqueue.aio.worker`. Call it from a coroutine (it starts a task on the running loop)."""
         self._check_open()

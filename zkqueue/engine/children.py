@@ -36,6 +36,7 @@ class Snapshot:
     version: int
     czxid: int
     cversion: int = 0
+    at: float = 0.0  # time.monotonic() when the listing arrived
 
 
 class ChildrenCache:
@@ -206,7 +207,8 @@ class ChildrenCache:
                 children, czxid, cversion = value
                 self._failures = 0
                 self.listings += 1
-                self._snapshot = Snapshot(tuple(children), self._snapshot.version + 1, czxid, cversion)
+                self._snapshot = Snapshot(tuple(children), self._snapshot.version + 1, czxid, cversion,
+                                          time.monotonic())
                 self._cond.notify_all()
                 reissue = self._dirty
             else:

@@ -338,12 +338,20 @@ class LeaseTaker:
     def _release_outcomes(self, outcomes: list[Outcome]) -> None:
         self._give_back([o.held for o in outcomes if o.held is not None])
 
-    def commit_fenced(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
+    def commit_fenced(self, outcomes: list[Outcome], ops_of: list[list[Any]], *, exclusive: bool = True
+                      ) -> list[Any]:
         """Commit ``ops_of[i]`` on held node ``outcomes[i]`` without ending it, each group fenced by the node's lease
         (its session fence, and the item lease's fence child), many groups per multi. Per node: None (no ops),
         False (its session, and so its lease, is gone) or the group's :class:`GroupOutcome`. Connection errors
-        propagate: whether the ops committed is then unknown."""
+        propagate: whether the ops committed is then unknown.
+
+        ``exclusive``: hold :attr:`Leases.commit_lock` through the commit (a claim's ops, which must not overlap
+        the completions of the same nodes). Ops on nodes that stay held and that no completion touches (counting an
+        attempt as a job starts) pass False: the fence is read under the lock, the round trip goes without it, so
+        it overlaps the claims and completions of other nodes. The session fence keeps them exact: a lease moved
+        from a block to an item lease meanwhile is still this session's."""
         results: list[Any] = [None] * len(outcomes)
+        plans: list[tuple[str | None, list[int], list[list[Any]]]] = []
         with self.leases.commit_lock:
             by_fence: dict[str | None, list[int]] = {}
             for i, o in enumerate(outcomes):
@@ -356,14 +364,22 @@ class LeaseTaker:
                     lease = outcomes[i].held.lease  # type: ignore[union-attr]
                     item_fence = lease.fence if lease.kind is LeaseKind.ITEM else None
                     groups.append(([check_op(item_fence)] if item_fence else []) + ops_of[i])
-                try:
-                    part = commit_groups(self._ctx, groups, prefix=self.leases.prefix_for(fence))
-                except PrefixFailedError:
-                    self.leases.fence_lost(fence)  # its session is gone, and the leases with it
-                    part = [False] * len(indexes)
-                for i, res in zip(indexes, part):
-                    results[i] = res
+                plans.append((fence, indexes, groups))
+            if exclusive:
+                self._commit_plans(plans, results)
+        if not exclusive:
+            self._commit_plans(plans, results)
         return results
+
+    def _commit_plans(self, plans: list[tuple[str | None, list[int], list[list[Any]]]], results: list[Any]) -> None:
+        for fence, indexes, groups in plans:
+            try:
+                part = commit_groups(self._ctx, groups, prefix=self.leases.prefix_for(fence))
+            except PrefixFailedError:
+                self.leases.fence_lost(fence)  # its session is gone, and the leases with it
+                part = [False] * len(indexes)
+            for i, res in zip(indexes, part):
+                results[i] = res
 
     def _run_claim_hook(self, outcomes: list[Outcome], handled: list[str]) -> list[Outcome]:
         """Commit the claim hook's ops for ``outcomes`` (fenced); return the outcomes that may be delivered. Nodes

@@ -27,6 +27,10 @@ log = logging.getLogger("zkqueue.engine.pull")
 
 #: Seconds a finished name is skipped while listings still show it (see :meth:`Puller._forget_skips`).
 SKIP_SECONDS = 2.0
+#: A claim that finds enough due names in the listing it has asks for a fresh one (after a change) only once that
+#: listing is this many seconds old: the names it still holds are claimable, and a listing costs as much as the
+#: queue is long (a queue that changes with every job would otherwise be listed again for every claim).
+RELIST_AFTER = 0.5
 
 
 class Puller:
@@ -69,8 +73,6 @@ class Puller:
                 with self._skip_lock:
                     for name in released:
                         self._skip.pop(name, None)
-                if self._cache.stale:
-                    self._cache.request_sync()
                 snap = self._cache.snapshot
                 version = snap.version
                 present = frozenset(n for n in snap.children if naming.is_item_name(n))
@@ -78,7 +80,12 @@ class Puller:
                 due = self._due(present)
                 shared = self._taker.share()
                 locked = False
+                relisted = False
                 while batch := self._next(due, max_nodes, shared):
+                    if not relisted and self._cache.stale and (
+                            len(batch) < max_nodes or time.monotonic() - snap.at > RELIST_AFTER):
+                        relisted = True  # a listing costs as much as the queue is long: only when it helps
+                        self._cache.request_sync()
                     left = None if deadline is None else deadline - time.monotonic()
                     handled, batch_locked, outcomes, tried = self._taker.claim(batch, left, blocks=block_leases)
                     if not tried:  # the claim hook admitted none (closing, or the timeout passed at its limit)
@@ -92,6 +99,8 @@ class Puller:
                     if outcomes:
                         self._held.update(o.name for o in outcomes)
                         return outcomes
+                if self._cache.stale and not relisted:
+                    self._cache.request_sync()  # nothing claimable in this listing: look at a fresh one
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     return []
@@ -190,7 +199,7 @@ class Puller:
 
     def commit_held(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
         """Ops on claimed nodes that stay held, fenced by their leases (see :meth:`LeaseTaker.commit_fenced`)."""
-        return self._taker.commit_fenced(outcomes, ops_of)
+        return self._taker.commit_fenced(outcomes, ops_of, exclusive=False)
 
     def release(self, outcomes: list[Outcome]) -> None:
         """Give claimed nodes back untouched."""

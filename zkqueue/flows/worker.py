@@ -127,8 +127,8 @@ class FlowWorker:
         with self._lock:
             out = {k: self._ends.get(k, 0) for k in (ends.COMPLETED, ends.RETRIED, ends.DEAD, ends.DROPPED,
                                                       ends.RELEASED)}
-        return {**out, **{k: runtime[k] for k in ("timed_out", "given_back", "returned", "in_flight", "held",
-                                                   "started")}}
+        return {**out, **{k: runtime.get(k, 0) for k in ("timed_out", "given_back", "returned", "in_flight", "held",
+                                                          "started")}}
 
     # ------------------------------------------------------------------------------------------ one step job
     def _run(self, step: Step, job: Job) -> tuple[ends.StepView, Any]:

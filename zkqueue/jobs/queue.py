@@ -109,6 +109,11 @@ class JobQueue:
         return self._client
 
     @property
+    def rate_limited(self) -> bool:
+        """Whether the queue has a ``rate_limit`` (its jobs are admitted as they are claimed)."""
+        return self._claims.rate is not None
+
+    @property
     def outcomes(self) -> JobOutcomes:
         """How this queue turns records into :class:`~zkqueue.jobs.Job` objects (``outcomes.job(record)``) and a
         claimed job's result or error into the completion that records it (``success`` / ``failure``, counted in
@@ -278,7 +283,14 @@ class JobQueue:
     def start_many(self, helds: Sequence[HeldJob]) -> list[HeldJob]:
         """Count the attempt of each held job claimed with ``count=False`` as it starts (fenced by its lease, one
         engine call); return the jobs that may run now. See :func:`zkqueue.jobs.scope.start_many`."""
-        return start_many(self.paths, helds)
+        return start_many(self.paths, helds, self._recount)
+
+    def _recount(self, helds: Sequence[HeldJob]) -> list[tuple[Record, int] | None]:
+        """The records of ``helds`` as they are now (read again once connected), for a count whose reply was lost."""
+        paths = [self.paths.record(h.record.id) for h in helds]
+        reads = self._engine.read_retrying(lambda: protocol.multi_read(self._client, paths),
+                                           f"checking the starts of {len(paths)} job(s) of {self.paths.root}")
+        return [None if isinstance(r, BaseException) else (Record.decode(r[0]), r[1].version) for r in reads]
 
     def give_back(self, helds: Sequence[HeldJob]) -> None:
         """Give back held jobs that never started, their attempt uncounted (claimed ahead, then not run)."""
@@ -296,7 +308,7 @@ class JobQueue:
         function. ``timeout``: seconds an attempt may run when the job was added without one (a job's own
         ``timeout`` wins); past it the attempt fails with :class:`~zkqueue.errors.JobTimeoutError` and is retried
         by the policy (a thread is let go and replaced, a child killed, a coroutine cancelled). ``prefetch``: jobs
-        held ahead of free slots (default ``concurrency``), their attempt counted only when they start.
+        held ahead of free slots (default ``max(concurrency, 32)``), their attempt counted only when they start.
         ``max_jobs``: stop after that many. ``block_leases``: see :class:`~zkqueue.runtime.Worker`."""
         from zkqueue.runtime import for_handler  # noqa: PLC0415 - the runtime is the layer above this one
 

@@ -199,11 +199,17 @@ def release_many(helds: Sequence[HeldJob]) -> None:
         release(outcomes)
 
 
-def start_many(paths: Any, helds: Sequence[HeldJob]) -> list[HeldJob]:
+#: Reads the records of jobs whose count's reply was lost: per job, its (record, version) now, or None.
+Recount = Callable[[Sequence["HeldJob"]], Sequence["tuple[Record, int] | None"]]
+
+
+def start_many(paths: Any, helds: Sequence[HeldJob], recount: Recount | None = None) -> list[HeldJob]:
     """Count the attempt of every job in ``helds`` claimed without one (``claim_many(count=False)``), fenced by its
     lease, in one engine call per engine queue; return the jobs that may run now, in order (those counted at claim
     pass through). A job whose count failed (its record changed meanwhile, or its lease went with its session) is
-    given back and left out; so are all of them when the reply was lost (an attempt may then be counted for a job
+    given back and left out. When the reply was lost, ``recount`` reads the records again: a job whose count is
+    there (the next version, one more attempt, ACTIVE) runs; the others are given back uncounted. Without
+    ``recount``, or when that read fails too, they are all given back (an attempt may then be counted for a job
     that did not run, never the other way round)."""
     todo = [h for h in helds if not h.counted and not h._done]
     by_engine: dict[Any, list[HeldJob]] = {}
@@ -215,9 +221,7 @@ def start_many(paths: Any, helds: Sequence[HeldJob]) -> list[HeldJob]:
         try:
             results = commit([h._outcome for h in group], [ops for _active, ops in changes])
         except CONNECTION_ERRORS as exc:
-            log.warning("counting the attempts of %d job(s) lost its reply (%r); they are given back", len(group),
-                        exc)
-            lost.extend(group)
+            lost.extend(_settle_lost_count(group, changes, recount, exc))
             continue
         for h, (active, _ops), res in zip(group, changes, results):
             if res is not None and res is not False and res.ok:
@@ -228,6 +232,30 @@ def start_many(paths: Any, helds: Sequence[HeldJob]) -> list[HeldJob]:
                 lost.append(h)
     release_many(lost)
     return [h for h in helds if h.counted and not h._done]
+
+
+def _settle_lost_count(group: list[HeldJob], changes: list[tuple[Record, list[Any]]], recount: Recount | None,
+                       exc: BaseException) -> list[HeldJob]:
+    """After a lost reply of the counts of ``group``: mark the jobs whose count committed as counted (they run);
+    return the others (to give back)."""
+    reads: Sequence[tuple[Record, int] | None] = [None] * len(group)
+    if recount is not None:
+        try:
+            reads = recount(group)
+        except Exception as again:  # noqa: BLE001 - unknown: give them back (counted or not)
+            log.warning("counting the attempts of %d job(s) lost its reply (%r) and reading them again failed "
+                        "(%r); they are given back", len(group), exc, again)
+            return list(group)
+    left = []
+    for h, (active, _ops), read in zip(group, changes, reads):
+        if read is not None and read[1] == h.version + 1 and read[0].state is active.state \
+                and read[0].attempts == active.attempts:
+            h.record, h.version, h.counted = read[0], read[1], True
+        else:
+            left.append(h)
+    log.warning("counting the attempts of %d job(s) lost its reply (%r): %d had committed and start, %d are given "
+                "back uncounted", len(group), exc, len(group) - len(left), len(left))
+    return left
 
 
 def give_back_unstarted(helds: Sequence[HeldJob], outcomes: JobOutcomes) -> None:

@@ -42,6 +42,10 @@ log = logging.getLogger("zkqueue.runtime.worker")
 
 #: Seconds one claim waits for a due job before the claimer looks at stop() again.
 CLAIM_WAIT = 0.5
+#: Jobs held ahead of free slots by default: ``max(concurrency, MIN_PREFETCH)``. A claim costs a few round trips
+#: whatever its size, so a worker of few slots and short jobs claims more than its slots at a time; held jobs have
+#: no attempt counted, so a worker that dies costs them nothing.
+MIN_PREFETCH = 32
 #: Handlers whose mean run is at most this many seconds get their jobs claimed under block leases (a lock per 64
 #: jobs instead of a lock and a fence per job). A job that runs long then holds back the rest of its block.
 BLOCK_LEASE_HANDLER_SECONDS = 0.25
@@ -91,9 +95,9 @@ def _pause(failures: int) -> float:
 class Worker:
     """Runs the jobs of ``queues`` (see the module docs). ``route(queue, job)`` says where and how each runs.
 
-    ``concurrency``: jobs running at once; ``prefetch``: jobs held ahead of free slots (default ``concurrency``;
-    held without an attempt counted); ``timeout``: seconds an attempt may run when its job has no ``timeout`` of its
-    own (None: no limit); ``max_jobs``: stop after starting that many; ``block_leases``: claim under block leases
+    ``concurrency``: jobs running at once; ``prefetch``: jobs held ahead of free slots (default
+    ``max(concurrency, MIN_PREFETCH)``; held without an attempt counted); ``timeout``: seconds an attempt may run
+    when its job has no ``timeout`` of its own (None: no limit); ``max_jobs``: stop after starting that many; ``block_leases``: claim under block leases
     (None: while handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`); ``log_jobs``: an INFO line as each
     job starts and ends. Start it with :meth:`start` (or
     ``with``); :meth:`stop` drains it.
@@ -107,7 +111,7 @@ class Worker:
             raise ConfigurationError("a worker needs at least one job queue")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
-        prefetch = concurrency if prefetch is None else prefetch
+        prefetch = max(concurrency, MIN_PREFETCH) if prefetch is None else prefetch
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ConfigurationError(f"prefetch must be an int >= 0 or None, got {prefetch!r}")
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
@@ -235,18 +239,21 @@ class Worker:
             raise
 
     # ------------------------------------------------------------------------------------------ claims
-    def _room(self) -> int:
+    def _room(self, ahead: bool = True) -> int:
+        """How many jobs a claim may take now: free slots, plus ``prefetch`` when claiming ahead."""
         held = len(self._ready) + len(self._running) + self._starting
-        room = self.concurrency + self.prefetch - held
+        room = self.concurrency + (self.prefetch if ahead else 0) - held
         if self.max_jobs is not None:
             room = min(room, self.max_jobs - self._started_jobs - len(self._ready) - self._starting)
         return room
 
     def _claim_loop(self, queue: JobQueue) -> None:
         failures = 0
+        # A rate limit admits jobs as they are claimed: claimed ahead, they would start later, in another window.
+        ahead = not queue.rate_limited
         while not self._stopping.is_set():
             with self._cond:
-                room = self._room()
+                room = self._room(ahead)
                 if room <= 0:
                     self._cond.wait(0.5)
                     continue
@@ -315,13 +322,14 @@ class Worker:
             for attempt in expired:
                 self._time_out(attempt)
             if batch:
+                launched: set[int] = set()
                 try:
-                    self._start(batch)
+                    self._start(batch, launched)
                     failures = 0
                 except Exception:
                     failures += 1
                     log.warning("starting %d job(s) failed (%d in a row)", len(batch), failures, exc_info=True)
-                    release_many([h for _q, h in batch])
+                    release_many([h for _q, h in batch if id(h) not in launched])  # not the ones running
                     self._stopping.wait(_pause(failures))
                 finally:
                     with self._cond:
@@ -344,12 +352,16 @@ class Worker:
                         attempt.source.paths.root, attempt.timeout)
             attempt.driver.abandon(attempt)
 
-    def _start(self, batch: list[tuple[JobQueue, HeldJob]]) -> None:
+    def _start(self, batch: list[tuple[JobQueue, HeldJob]], launched: set[int]) -> None:
+        """Count the attempts of ``batch`` (one engine call per queue) and launch the jobs that may run; the ids of
+        the jobs handed on (launched, or ended at once) go into ``launched``."""
         by_queue: dict[int, tuple[JobQueue, list[HeldJob]]] = {}
         for queue, held in batch:
             by_queue.setdefault(id(queue), (queue, []))[1].append(held)
         for queue, helds in by_queue.values():
-            for held in queue.start_many(helds):
+            started = queue.start_many(helds)
+            launched.update(id(h) for h in helds)  # started, or given back by start_many
+            for held in started:
                 self._launch(queue, held)
 
     def _launch(self, queue: JobQueue, held: HeldJob) -> None:
