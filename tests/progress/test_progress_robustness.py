@@ -196,7 +196,7 @@ def test_a_worker_raising_system_exit_is_retried_not_dropped(zk_client) -> None:
     with c:
         assert c.wait_processed(20, timeout=30)
     assert raised == {3, 7}
-    assert sorted(stuck) == [(3, SystemExit), (7, SystemExit)]  # not an Exception: loud, but still retried
+    assert stuck == []  # not an Exception, yet a failed attempt like one: retried by the policy, not stuck at once
     assert c.stats().failures == 2 and c.stats().jobs_done == 20
     assert _stored(zk_client, "/progress/exit") == 20
 

@@ -210,8 +210,8 @@ def two_running_two_held(tasks: Tasks, reader: App, pool: str = "thread") -> tup
     wait in the queue. Returns the worker and the ids of the two that run."""
     reader.enqueue_many("tasksmod.blocked", [Call(args=(key,), job_id=key) for key in HELD], queue="held")
     jq = reader.queue("held")
-    worker = tasks.worker("--queues", "held", "--concurrency", "2", "--pool", pool, "--shutdown-timeout",
-                          str(PATIENCE))
+    worker = tasks.worker("--queues", "held", "--concurrency", "2", "--prefetch", "2", "--pool", pool,
+                          "--shutdown-timeout", str(PATIENCE))
     wait_for(lambda: len(tasks.starts()) == 2 and jq.counts()["active"] == 4, timeout=PATIENCE,
              message="two jobs running and two held ahead")
     started = sorted(key for key, _pid in tasks.starts())

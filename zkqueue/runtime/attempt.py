@@ -30,11 +30,13 @@ class Attempt:
     settling thread, after :attr:`how`, :attr:`result` and :attr:`error` are set. ``policy``: the retry policy of
     its task, if not the queue's."""
 
-    __slots__ = ("began", "call", "driver", "driver_state", "error", "held", "how", "job", "on_settled", "policy",
-                 "result", "source", "started", "timeout", "_lock")
+    __slots__ = ("began", "call", "driver", "driver_state", "error", "held", "how", "job", "on_begin", "on_settled",
+                 "policy", "result", "source", "started", "timeout", "_lock")
 
     def __init__(self, source: Any, held: HeldJob, job: Job, call: Callable[[Job], Any], timeout: float | None,
-                 on_settled: Callable[[Attempt], None], policy: Any = None, driver: Any = None) -> None:
+                 on_settled: Callable[[Attempt], None], policy: Any = None, driver: Any = None, *,
+                 on_begin: Callable[[Attempt], None] | None = None) -> None:
+        self.on_begin = on_begin
         self.source = source
         self.driver = driver  # where it runs (told to let it go when it is settled without its handler)
         self.held = held
@@ -48,9 +50,17 @@ class Attempt:
         self.result: Any = None
         self.error: BaseException | None = None
         self.driver_state: Any = None  # the driver's own handle (a future, a slot)
-        #: Set by the driver just before it calls the handler: an attempt given back before that never ran.
+        #: Set by :meth:`begin`: an attempt given back before that never ran.
         self.began = False
         self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        """Called by the driver just before it calls the handler: the attempt's timeout runs from now (not from its
+        start, which may wait for a process pool's child to come up)."""
+        self.began = True
+        self.started = time.monotonic()
+        if self.on_begin is not None:
+            self.on_begin(self)
 
     @property
     def settled(self) -> bool:

@@ -7,12 +7,22 @@ from __future__ import annotations
 import asyncio
 import inspect
 import pickle
+import signal
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
 
+#: The first message of a child: it is up and takes jobs.
+READY = ("ready", None, None)
+
+
 def main(conn: Connection) -> None:
+    # The worker decides when a child stops (it kills one past a timeout or on a cold stop): a Ctrl-C or a SIGTERM
+    # sent to the whole process group must not end the job it runs during a warm shutdown.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn.send(READY)
     while True:
         try:
             message = conn.recv()

@@ -50,7 +50,7 @@ class AsyncioDriver:
     async def _run(self, attempt: Attempt) -> None:
         if attempt.settled:
             return
-        attempt.began = True
+        attempt.begin()
         try:
             value = attempt.call(attempt.job)
             if not inspect.isawaitable(value):

@@ -20,6 +20,7 @@ import multiprocessing
 import pickle
 import queue
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -40,6 +41,13 @@ class _Slot:
         self.process = ctx.Process(target=child.main, args=(theirs,), name=name, daemon=True)
         self.process.start()
         theirs.close()
+
+    def wait_ready(self) -> bool:
+        """Wait for the child to say it is up (its imports done); False if it died first."""
+        try:
+            return bool(self.conn.recv() == child.READY)
+        except (EOFError, OSError):
+            return False
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -104,14 +112,24 @@ class ProcessDriver:
             slot.kill()
 
     def _new_slot(self, thread: threading.Thread) -> _Slot:
-        slot = _Slot(self._ctx, f"{thread.name}-child")
-        with self._lock:
-            self._slots[thread] = slot
-        return slot
+        """A child for ``thread``'s slot, once it is up: an attempt's clock never runs while a child starts."""
+        failures = 0
+        while True:
+            slot = _Slot(self._ctx, f"{thread.name}-child")
+            with self._lock:
+                self._slots[thread] = slot
+            if slot.wait_ready():
+                return slot
+            failures += 1
+            slot.process.join(5)
+            log.error("a child process of the pool died as it started (exit code %s); starting another",
+                      slot.process.exitcode)
+            slot.kill()
+            time.sleep(min(5.0, 0.1 * 2 ** min(failures, 6)))
 
     def _run(self, slot: _Slot, attempt: Attempt) -> bool:
         """Send ``attempt`` to the child and settle it with the answer; False if the child gave none."""
-        attempt.began = True
+        attempt.begin()
         try:
             slot.conn.send((attempt.call, attempt.job))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:

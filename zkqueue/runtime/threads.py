@@ -104,7 +104,7 @@ class ThreadDriver:
 
 def run(attempt: Attempt) -> None:
     """Call the handler on this thread and settle the attempt with what comes of it."""
-    attempt.began = True
+    attempt.begin()
     try:
         value = attempt.call(attempt.job)
         if inspect.iscoroutine(value):

@@ -75,12 +75,16 @@ class Route:
     its timeout (a :class:`~zkqueue.errors.JobTimeoutError`), instead of the runtime; it is called once per attempt,
     on the handler's thread (the attempt counts as running until it returns, so a stop waits for it), or for a
     timeout on the finisher thread. What it raises gives the job back. An attempt given back on a cold stop is
-    released by the runtime as any other."""
+    released by the runtime as any other.
+
+    ``timeout``: seconds an attempt may run when the job's record has no timeout of its own (a task's; None: the
+    worker's)."""
 
     driver: Driver
     call: Callable[[Job], Any]
     policy: Any = None
     end: Callable[[Attempt], None] | None = None
+    timeout: float | None = None
 
 
 #: Decides each started job's route: ``route(queue, job)``. What it raises fails that attempt.
@@ -97,8 +101,8 @@ class Worker:
 
     ``concurrency``: jobs running at once; ``prefetch``: jobs held ahead of free slots (default
     ``max(concurrency, MIN_PREFETCH)``; held without an attempt counted); ``timeout``: seconds an attempt may run
-    when its job has no ``timeout`` of its own (None: no limit); ``max_jobs``: stop after starting that many; ``block_leases``: claim under block leases
-    (None: while handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`); ``log_jobs``: an INFO line as each
+    when its job has no ``timeout`` of its own (None: no limit); ``max_jobs``: stop after starting that many;
+    ``block_leases``: claim under block leases (None: while handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`); ``log_jobs``: an INFO line as each
     job starts and ends. Start it with :meth:`start` (or
     ``with``); :meth:`stop` drains it.
     """
@@ -372,9 +376,10 @@ class Worker:
             self.counts["failed"] += 1
             self._end(held, queue.outcomes.failure(held.claimed, exc))
             return
-        timeout = held.record.timeout if held.record.timeout is not None else self._timeout
+        timeout = next((t for t in (held.record.timeout, route.timeout, self._timeout) if t is not None), None)
         on_settled = self._settled if route.end is None else functools.partial(self._settled, end=route.end)
-        attempt = Attempt(queue, held, job, route.call, timeout, on_settled, route.policy, route.driver)
+        attempt = Attempt(queue, held, job, route.call, timeout, on_settled, route.policy, route.driver,
+                          on_begin=self._begun)
         with self._cond:
             if self._cold.is_set():  # a cold stop came while its attempt was being counted: it never runs
                 self.counts["returned"] += 1
@@ -384,11 +389,18 @@ class Worker:
             self._running.add(attempt)
             self.peak_in_flight = max(self.peak_in_flight, len(self._running))
             self._started_jobs += 1
-            if timeout is not None:
-                heapq.heappush(self._deadlines, (attempt.started + timeout, next(self._seq), attempt))
         if self._log_jobs:
             log.info("%s %s[%s] started (attempt %d)", queue.paths.root, job.task or "job", job.id, job.attempts)
         route.driver.submit(attempt)
+
+    def _begun(self, attempt: Attempt) -> None:
+        """The driver calls ``attempt``'s handler now: its timeout runs from here (a process pool's child may have
+        been starting until then)."""
+        if attempt.timeout is None:
+            return
+        with self._cond:
+            heapq.heappush(self._deadlines, (attempt.started + attempt.timeout, next(self._seq), attempt))
+            self._cond.notify_all()
 
     # ------------------------------------------------------------------------------------------ ends
     def _settled(self, attempt: Attempt, end: Callable[[Attempt], None] | None = None) -> None:

@@ -95,8 +95,8 @@ class TaskWorker:
         if task.is_async:
             if self._async is None:  # a task registered after the worker started
                 raise ConfigurationError(f"task {task.name} is async; the worker started without an event loop")
-            return Route(self._async, task.call, task.retry)
-        return Route(self._sync, self._call or task.call, task.retry)
+            return Route(self._async, task.call, task.retry, timeout=task.timeout)
+        return Route(self._sync, self._call or task.call, task.retry, timeout=task.timeout)
 
     def start(self) -> TaskWorker:
         self.worker.start()
@@ -126,15 +126,15 @@ def _drained(tw: TaskWorker) -> bool:
 
 
 def serve(app: App, queues: Sequence[str] | None, *, spec: str, pool: str = "thread", concurrency: int = 1,
-          burst: bool = False, max_jobs: int | None = None, shutdown_timeout: float = DEFAULT_STOP_TIMEOUT,
+          prefetch: int | None = None, burst: bool = False, max_jobs: int | None = None, shutdown_timeout: float = DEFAULT_STOP_TIMEOUT,
           log_jobs: bool = True) -> int:
     """Run a worker in this process until a signal, ``burst`` (nothing left to run) or ``max_jobs``; the exit code.
 
     SIGTERM or SIGINT: a warm shutdown (no more claims, held jobs given back uncounted, running jobs finish within
     ``shutdown_timeout``, exit 0). A second signal: a cold shutdown (running jobs given back, their attempt
     counted; exit 1). Registers the worker under the app's ``workers`` node while it runs."""
-    tw = TaskWorker(app, queues, pool=pool, concurrency=concurrency, max_jobs=max_jobs, spec=spec,
-                    log_jobs=log_jobs)
+    tw = TaskWorker(app, queues, pool=pool, concurrency=concurrency, prefetch=prefetch, max_jobs=max_jobs,
+                    spec=spec, log_jobs=log_jobs)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
