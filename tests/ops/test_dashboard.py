@@ -250,3 +250,23 @@ def test_allow_actions_without_auth_is_a_usage_error() -> None:
                              env={"ZKQUEUE_AUTH": ""})
     assert out.exit_code == 2, out.output
     assert "--allow-actions needs --auth" in out.output and "Traceback" not in out.output
+
+
+def test_the_dashboard_lists_live_task_workers(zk_client) -> None:
+    """A registered zkqueue worker shows on the overview page and in /api/workers with its queues, pool and running
+    jobs; its row goes when its node does."""
+    from zkqueue.ops.dashboard.app import create_app
+    from zkqueue.tasks.live import Registration
+
+    registration = Registration(zk_client, "/zkqueue/workers", queues=["mail", "fetch"], pool="process",
+                                concurrency=8)
+    registration.update(["job-1", "job-2"])
+    web = create_app(zk_client, root="/zkqueue/queues").test_client()
+    page = web.get("/").get_data(as_text=True)
+    assert f'data-worker="{registration.info.name}"' in page and "mail, fetch" in page and "job-1, job-2" in page
+    (row,) = web.get("/api/workers").get_json()
+    assert (row["pool"], row["concurrency"], row["running"], row["pid"]) == ("process", 8, ["job-1", "job-2"],
+                                                                             registration.info.pid)
+    registration.close()
+    assert web.get("/api/workers").get_json() == []
+    assert "no live workers" in web.get("/").get_data(as_text=True)

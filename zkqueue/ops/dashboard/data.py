@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import asdict
 from typing import Any
 
 from zkqueue.errors import ZkQueueError
@@ -54,6 +55,17 @@ class DashboardData:
     def overview(self) -> list[Sample]:
         """A fresh sample of every queue."""
         return self.history.sample()
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The live task workers (``zkqueue worker``) registered next to the root's queues: under
+        ``<root>/workers`` and, for a root that is an app's ``/<namespace>/queues``, ``/<namespace>/workers``."""
+        from zkqueue.tasks.live import live_workers  # noqa: PLC0415 - only the dashboard's workers table needs it
+
+        parent = self.root.rsplit("/", 1)[0] or "/"
+        paths = dict.fromkeys([naming.join(self.root, "workers"), naming.join(parent, "workers")])
+        return [{**asdict(w), "path": path, "running_count": len(w.running),
+                 "started_at": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(w.started))}
+                for path in paths for w in live_workers(self.client, path)]
 
     def under_root(self, path: str) -> bool:
         """True if ``path`` is a valid path at or under the root (``..`` and such are refused by the check)."""

@@ -62,7 +62,12 @@ def _row(sample: Any) -> dict[str, Any]:
 def index() -> str:
     samples = _data().overview()
     charts = {s.depth.path: rate_chart(_data().history.series(s.depth.path), s.depth.path) for s in samples}
-    return render_template("index.html", rows=[_row(s) for s in samples], charts=charts)
+    return render_template("index.html", rows=[_row(s) for s in samples], charts=charts, workers=_data().workers())
+
+
+@views.route("/api/workers")
+def api_workers() -> Any:
+    return jsonify(_data().workers())
 
 
 @views.route("/api/overview")
