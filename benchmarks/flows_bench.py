@@ -1,6 +1,7 @@
 """The ``flows`` row of ``python -m benchmarks``: flow jobs/s through a 3-step linear flow (``a -> b -> c``).
 
-One worker process (``Flow.work(concurrency=4)``: four threads per step) is started first and reports READY
+One worker process (``Flow.work(concurrency=4)``: four step handlers at once across the steps, on the worker
+runtime) is started first and reports READY
 (untimed). Timing starts at the first ``Flow.add`` (one multi per flow job: its record and its first step's item)
 and ends when every step queue is empty after the last add, seen by a listing every 5 ms: each flow job then
 went through three hand-offs (a step's end, the flow record's update and the next step's item in one multi).
