@@ -41,7 +41,7 @@ from zkqueue.formats import naming
 from zkqueue.jobs import names, store
 from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.model import Job, JobState, Record, check_timeout
-from zkqueue.jobs.queue import JobQueue
+from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT, JobQueue
 from zkqueue.jobs.scope import ClaimedJob, HeldJob, scope_completion
 from zkqueue.transport.reads import multi_read_async
 
@@ -238,13 +238,14 @@ class AsyncJobQueue(Opened):
         self._adder = _Adder(self, self._add_batch)
         await self.offloader.run(self.sync.start)
 
-    async def close(self) -> None:
-        """Stop every worker (running handlers finish), fail adds not sent yet, close the sync queue. Idempotent."""
+    async def close(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
+        """Stop every worker (running handlers get ``timeout`` seconds to finish, then are given back), fail adds not
+        sent yet, close the sync queue. Idempotent."""
         if self._state == "closed":
             return
         self._state = "closed"
         for worker in list(self._workers):
-            await worker.stop()
+            await worker.stop(timeout)
         if self._adder is not None:
             await self._adder.close()
         try:

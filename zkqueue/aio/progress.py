@@ -40,6 +40,7 @@ from kazoo.client import KazooClient
 from zkqueue.aio.bridge import Offloader, to_loop
 from zkqueue.aio.watchdog import SlowSteps
 from zkqueue.errors import ConfigurationError, QueueStateError
+from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 from zkqueue.progress.attempts import StuckCallback
 from zkqueue.progress.consumer import ProgressConsumer, ProgressStats
 from zkqueue.progress.context import JobContext
@@ -204,7 +205,7 @@ class AsyncProgressConsumer:
         await self.offloader.run(self.sync.start)
         return self
 
-    async def stop(self, timeout: float | None = 60.0) -> None:
+    async def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
         """:meth:`ProgressConsumer.stop`: stop starting jobs, let running ones finish their current run (on this
         loop), store the processed index, leave the election. Returns once every worker coroutine returned, those
         of a term lost with the session included; past ``timeout`` the ones left are cancelled. Waits in the

@@ -27,6 +27,7 @@ from kazoo.protocol.states import KazooState
 
 from zkqueue.errors import ConfigurationError, JobNotFoundError, JobPrunedError, ProgressFencedError, \
     QueueStateError
+from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.progress.attempts import JobRun, StuckCallback
 from zkqueue.progress.context import JobContext
@@ -220,7 +221,7 @@ class ProgressConsumer:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float | None = 60.0) -> None:
+    def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop starting jobs, let running ones finish their current run, store the processed index, leave the
         election. A job waiting for a retry stays unfinished (it runs again later).
 
