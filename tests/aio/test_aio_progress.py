@@ -16,7 +16,7 @@ from kazoo.recipe.lock import Lock
 from zkqueue.aio import AsyncProgressConsumer
 from zkqueue.errors import ConfigurationError
 from zkqueue.progress import JobLog, ProgressConsumer, RetryPolicy, read_index
-from zkqueue.server.testing import expire_session, wait_for
+from zkqueue.server.testing import LogTrigger, expire_session, wait_for
 
 
 def fill(log: JobLog, n: int) -> None:
@@ -207,19 +207,6 @@ async def test_wait_processed_leaves_the_loop_free_and_stop_drains(zk_client) ->
     assert read_index(zk_client, "/progress/w")[0] == 3
 
 
-class _OnRecord(logging.Handler):
-    """Calls ``action()`` for each record whose message contains ``needle``."""
-
-    def __init__(self, needle: str, action) -> None:  # noqa: ANN001
-        super().__init__(logging.INFO)
-        self.needle = needle
-        self.action = action
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.needle in record.getMessage():
-            self.action()
-
-
 @pytest.mark.asyncio
 async def test_stop_after_a_lost_session_returns_only_once_the_running_worker_finished(zk_client_factory) -> None:
     """The session ends while job 41 runs and a contender is elected, so the consumer has no term when it stops.
@@ -246,7 +233,7 @@ async def test_stop_after_a_lost_session_returns_only_once_the_running_worker_fi
                               max_search_ahead=5, progress_interval=0.0, progress_batch=1, identifier="a")
     blocker = Lock(other, f"{path}/leader", "blocker")
     holder = threading.Thread(target=blocker.acquire, kwargs={"timeout": 60})
-    handler = _OnRecord("waiting for", lambda: loop.call_soon_threadsafe(release.set))
+    handler = LogTrigger("waiting for", lambda: loop.call_soon_threadsafe(release.set))
     consumer_log = logging.getLogger("zkqueue.progress.consumer")
     level = consumer_log.level
     await a.start()
@@ -320,7 +307,7 @@ async def test_a_term_elected_again_does_not_start_a_job_whose_earlier_run_still
 
     c = AsyncProgressConsumer(client, jobs=log, progress_path="/progress/again", worker=worker, max_processing=2,
                               max_search_ahead=2, progress_interval=0.0, progress_batch=1, identifier="a")
-    handler = _OnRecord("of an earlier term", lambda: loop.call_soon_threadsafe(release.set))
+    handler = LogTrigger("of an earlier term", lambda: loop.call_soon_threadsafe(release.set))
     consumer_log = logging.getLogger("zkqueue.progress.consumer")
     level = consumer_log.level
     consumer_log.setLevel(logging.INFO)

@@ -9,46 +9,17 @@ by a timer."""
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import pytest
 
 from zkqueue.progress import JobLog, ProgressConsumer, RetryPolicy
-from zkqueue.server.testing import expire_session, wait_for
+from zkqueue.server.testing import expire_session, on_log, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 #: What ProgressConsumer logs (INFO) when a new term waits for runs an earlier term started.
 WAITING = "of an earlier term"
-
-
-class _OnRecord(logging.Handler):
-    def __init__(self, needle: str, action: Callable[[], None]) -> None:
-        super().__init__(logging.INFO)
-        self.needle = needle
-        self.action = action
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.needle in record.getMessage():
-            self.action()
-
-
-@contextmanager
-def on_log(logger: str, needle: str, action: Callable[[], None]) -> Iterator[None]:
-    """Call ``action()`` when ``logger`` logs a line containing ``needle`` (INFO or above) inside the block."""
-    target = logging.getLogger(logger)
-    handler = _OnRecord(needle, action)
-    level = target.level
-    target.setLevel(logging.INFO)
-    target.addHandler(handler)
-    try:
-        yield
-    finally:
-        target.removeHandler(handler)
-        target.setLevel(level)
 
 
 def test_a_term_elected_again_does_not_start_a_job_whose_earlier_run_still_runs(zk_client_factory) -> None:

@@ -8,47 +8,18 @@ worker then finishes after it) or by stop() saying it waits for running jobs (th
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import pytest
 from kazoo.recipe.lock import Lock
 
 from zkqueue.progress import JobLog, ProgressConsumer
-from zkqueue.server.testing import expire_session, wait_for
+from zkqueue.server.testing import expire_session, on_log, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 #: What ProgressConsumer.stop() logs (INFO) when it has to wait for workers that still run.
 WAITING = "waiting for"
-
-
-class _OnRecord(logging.Handler):
-    def __init__(self, needle: str, action: Callable[[], None]) -> None:
-        super().__init__(logging.INFO)
-        self.needle = needle
-        self.action = action
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.needle in record.getMessage():
-            self.action()
-
-
-@contextmanager
-def on_log(logger: str, needle: str, action: Callable[[], None]) -> Iterator[None]:
-    """Call ``action()`` when ``logger`` logs a line containing ``needle`` (INFO or above) inside the block."""
-    target = logging.getLogger(logger)
-    handler = _OnRecord(needle, action)
-    level = target.level
-    target.setLevel(logging.INFO)
-    target.addHandler(handler)
-    try:
-        yield
-    finally:
-        target.removeHandler(handler)
-        target.setLevel(level)
 
 
 def test_stop_after_a_lost_session_returns_only_once_the_running_worker_finished(zk_client_factory) -> None:

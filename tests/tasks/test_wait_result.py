@@ -62,7 +62,7 @@ def test_wait_result_returns_the_result_within_moments_of_the_completion(zk_clie
             waiter.join(10)
             assert waiter.error is None and waiter.value == {"sum": n + 1}
             assert waiter.ended - done < 0.3, f"woke {waiter.ended - done:.3f}s after the completion"
-        assert watcher.wait(f"job-0", timeout=0).state is JobState.COMPLETED  # finished: no wait at all
+        assert watcher.wait("job-0", timeout=0).state is JobState.COMPLETED  # finished: no wait at all
 
 
 def test_wait_result_raises_job_failed_error_for_a_dead_job(zk_client) -> None:

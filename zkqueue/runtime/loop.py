@@ -10,7 +10,6 @@ import asyncio
 import inspect
 import logging
 import threading
-from typing import Any
 
 from zkqueue.errors import ConfigurationError
 from zkqueue.runtime.attempt import RAN, Attempt

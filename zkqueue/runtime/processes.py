@@ -21,7 +21,6 @@ import pickle
 import queue
 import threading
 import time
-from multiprocessing.connection import Connection
 from typing import Any
 
 from zkqueue.errors import TaskError, WorkerLostError

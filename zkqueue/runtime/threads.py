@@ -16,7 +16,6 @@ import itertools
 import logging
 import queue
 import threading
-from typing import Any
 
 from zkqueue.errors import ConfigurationError
 from zkqueue.runtime.attempt import RAN, Attempt

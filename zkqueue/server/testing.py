@@ -16,7 +16,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
@@ -213,3 +214,32 @@ def lock_nodes(client: KazooClient, lock_path: str) -> list[str]:
         if type(exc).__name__ == "NoNodeError":
             return []
         raise
+
+
+class LogTrigger(logging.Handler):
+    """A logging handler that calls ``action()`` for each record (INFO or above) whose message contains ``needle``:
+    a test that must act exactly when the code under test reaches a point it logs (no timer standing in)."""
+
+    def __init__(self, needle: str, action: Callable[[], None]) -> None:
+        super().__init__(logging.INFO)
+        self.needle = needle
+        self.action = action
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.needle in record.getMessage():
+            self.action()
+
+
+@contextmanager
+def on_log(logger: str, needle: str, action: Callable[[], None]) -> Iterator[None]:
+    """Call ``action()`` whenever ``logger`` logs a line containing ``needle`` (INFO or above) inside the block."""
+    target = logging.getLogger(logger)
+    handler = LogTrigger(needle, action)
+    level = target.level
+    target.setLevel(logging.INFO)
+    target.addHandler(handler)
+    try:
+        yield
+    finally:
+        target.removeHandler(handler)
+        target.setLevel(level)
