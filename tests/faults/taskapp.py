@@ -69,6 +69,7 @@ class _Recorded:
         self.name = task.name
         self.is_async = task.is_async
         self.retry = task.retry
+        self.timeout = task.timeout
         self._record = record
 
     def call(self, job: Job) -> Any:

@@ -53,7 +53,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.ensemble, pytest.mark.timeout(300)
 JOBS = 1000
 CHUNK = 100
 CHUNK_PAUSE = 0.4  # the adds go on for 4 s and more: through the leader kill and the worker kill
-THREADS = 8  # the thread-pool worker's concurrency (its prefetch is the same, by default)
+THREADS = 8  # the thread-pool worker's concurrency (its prefetch is the same, given with --prefetch)
 PROCESSES = 2
 SESSION = 4.0  # the workers' sessions: the killed worker's leases come back this long after its SIGKILL
 PRODUCER_SESSION = 10.0
@@ -110,7 +110,8 @@ class _Workers:
         if hold is not None:
             env[HOLD_ENV] = str(hold)
         cmd = [sys.executable, "-m", "zkqueue.ops.cli", "worker", f"{APP_MODULE}:app", "--queues", QUEUE,
-               "--pool", pool, "--concurrency", str(concurrency), "--shutdown-timeout", "20", "--quiet"]
+               "--pool", pool, "--concurrency", str(concurrency), "--prefetch", str(concurrency),
+               "--shutdown-timeout", "20", "--quiet"]
         with open(self.dir / f"{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen(cmd, cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                 stdin=subprocess.DEVNULL)

@@ -109,8 +109,13 @@ class JobQueue:
         return self._client
 
     @property
+    def rate_limit(self) -> RateLimit | None:
+        """The queue's ``rate_limit`` (its jobs are admitted as they are claimed), or None."""
+        return self._claims.rate.limit if self._claims.rate is not None else None
+
+    @property
     def rate_limited(self) -> bool:
-        """Whether the queue has a ``rate_limit`` (its jobs are admitted as they are claimed)."""
+        """Whether the queue has a ``rate_limit``."""
         return self._claims.rate is not None
 
     @property

@@ -243,22 +243,28 @@ class Worker:
             raise
 
     # ------------------------------------------------------------------------------------------ claims
-    def _room(self, ahead: bool = True) -> int:
-        """How many jobs a claim may take now: free slots, plus ``prefetch`` when claiming ahead."""
+    def _room(self, ahead: int) -> int:
+        """How many jobs a claim may take now: free slots, plus ``ahead`` jobs held ahead of them."""
         held = len(self._ready) + len(self._running) + self._starting
-        room = self.concurrency + (self.prefetch if ahead else 0) - held
+        room = self.concurrency + ahead - held
         if self.max_jobs is not None:
             room = min(room, self.max_jobs - self._started_jobs - len(self._ready) - self._starting)
         return room
 
     def _claim_loop(self, queue: JobQueue) -> None:
         failures = 0
-        # A rate limit admits jobs as they are claimed: claimed ahead, they would start later, in another window.
-        ahead = not queue.rate_limited
+        ahead, worth = self.prefetch, 1
+        rate = queue.rate_limit
+        if rate is not None:
+            # A rate limit admits jobs as they are claimed: claimed far ahead, they would start in a later window;
+            # claimed a slot at a time, each claim would write a slice of budget for one job. So such a queue is
+            # claimed one slice (or one round of slots) ahead, a slice at a time while jobs are still held.
+            ahead = min(self.prefetch, max(self.concurrency, rate.slice_cap))
+            worth = min(rate.slice_cap, self.concurrency + ahead)
         while not self._stopping.is_set():
             with self._cond:
                 room = self._room(ahead)
-                if room <= 0:
+                if room <= 0 or (room < worth and self._ready):
                     self._cond.wait(0.5)
                     continue
             try:
