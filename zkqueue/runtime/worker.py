@@ -253,7 +253,10 @@ class Worker:
 
     def _claim_loop(self, queue: JobQueue) -> None:
         failures = 0
-        ahead, worth = self.prefetch, 1
+        # A claim costs a few round trips whatever its size: while the jobs held cover the next round of slots, the
+        # claimer waits until half its room is free, instead of claiming a job or two each time a slot frees.
+        ahead = self.prefetch
+        worth = max(1, (self.concurrency + ahead) // 2)
         rate = queue.rate_limit
         if rate is not None:
             # A rate limit admits jobs as they are claimed: claimed far ahead, they would start in a later window;
@@ -264,7 +267,7 @@ class Worker:
         while not self._stopping.is_set():
             with self._cond:
                 room = self._room(ahead)
-                if room <= 0 or (room < worth and self._ready):
+                if room <= 0 or (room < worth and len(self._ready) >= min(worth, self.concurrency)):
                     self._cond.wait(0.5)
                     continue
             try:
