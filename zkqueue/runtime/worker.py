@@ -210,6 +210,7 @@ class Worker:
             deadline = None if timeout is None else time.monotonic() + timeout
             warm = self._drain(deadline)  # the dispatcher still enforces timeouts meanwhile
             if not warm:
+                self._cold.set()  # jobs whose start is being committed now are returned too, not launched
                 self._give_back_running()
             self._dispatcher.join()  # it ends once nothing runs
             self._finishing.set()
