@@ -188,3 +188,38 @@ def test_bad_worker_options_raise_typed_errors(zk_client) -> None:
                 jq.work(print, **kwargs)
         with pytest.raises(ConfigurationError):
             jq.work("not callable")
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_a_start_whose_reply_was_lost_runs_only_if_its_count_committed(zk_client, committed) -> None:
+    """The reply of the multi that counts the attempts of starting jobs is lost (a ConnectionLoss raised after the
+    multi committed, or instead of sending it): the records are read again; the jobs whose count is there start,
+    the others go back with no attempt counted. Never an attempt run uncounted, never one counted and lost."""
+    from kazoo.exceptions import ConnectionLoss
+
+    with job_queue(zk_client) as jq:
+        jq.add_all((f"s{i}", i) for i in range(3))
+        helds = jq.claim_many(3, timeout=5, count=False)
+        assert len(helds) == 3 and not any(h.counted for h in helds)
+        for h in helds:
+            commit = h._commit
+
+            def lost_reply(outcomes, ops, commit=commit):
+                if committed:
+                    commit(outcomes, ops)
+                raise ConnectionLoss("reply lost")
+
+            h._commit = lost_reply
+        started = jq.start_many(helds)
+        if committed:
+            assert [h.record.id for h in started] == ["s0", "s1", "s2"] and all(h.counted for h in started)
+            assert [jq.get(f"s{i}").attempts for i in range(3)] == [1, 1, 1]
+            for h in started:
+                h.finish(jq.outcomes.success(h.claimed, "ran"))
+            assert [jq.get(f"s{i}").result for i in range(3)] == ["ran"] * 3
+        else:
+            assert started == []
+            assert [(jq.get(f"s{i}").state, jq.get(f"s{i}").attempts) for i in range(3)] == [(JobState.QUEUED, 0)] * 3
+            with jq.work(lambda job: job.params, concurrency=3):  # given back: claimable again at once
+                wait_for(lambda: completed(jq, 3))
+            assert [jq.get(f"s{i}").attempts for i in range(3)] == [1, 1, 1]
