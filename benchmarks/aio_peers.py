@@ -52,6 +52,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from benchmarks import machine
 from benchmarks.jobs_peers import RedisServerMissing, redis_server
 from benchmarks.prefill import wipe
 
@@ -577,12 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     if "zkqueue" not in impls or set(impls) - set(IMPLS):
         ap.error(f"--impl takes zkqueue and any of arq, saq; got {args.impl!r}")
     s = AioSettings(adds=args.adds, jobs=args.jobs, repeats=args.repeats)
-    with contextlib.ExitStack() as stack:
-        hosts = args.zk_hosts
-        if not hosts:
-            from zkqueue.server.embedded import ZooKeeperEnsemble
-
-            hosts = stack.enter_context(ZooKeeperEnsemble(size=3)).connect_string
+    with machine.ensemble_hosts(args.zk_hosts) as hosts:
         section = run_section(hosts, s, impls)
     print(json.dumps(section, indent=2), flush=True)
     return 0

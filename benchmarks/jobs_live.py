@@ -50,7 +50,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from benchmarks import live_tasks, report
+from benchmarks import live_tasks, machine, report
 from benchmarks.jobs_peers import RedisServer, RedisServerMissing, WorkerProcess, redis_server
 from benchmarks.prefill import wipe
 
@@ -587,12 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rows takes raw, bullmq, task and cpu; got {args.rows!r}")
     rows = tuple(r for r in ROWS if r in wanted or (r.startswith("cpu_") and "cpu" in wanted))
     s = LiveSettings(jobs=args.jobs, chunk=args.chunk, cpu_jobs=args.cpu_jobs, repeats=args.repeats)
-    with contextlib.ExitStack() as stack:
-        hosts = args.zk_hosts
-        if not hosts:
-            from zkqueue.server.embedded import ZooKeeperEnsemble  # noqa: PLC0415
-
-            hosts = stack.enter_context(ZooKeeperEnsemble(size=3)).connect_string
+    with machine.ensemble_hosts(args.zk_hosts) as hosts:
         section = run_section(hosts, s, rows)
     print(json.dumps(section, indent=2), flush=True)
     return 0

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -82,3 +84,16 @@ def describe(*, servers: int | None, force_sync: bool | None, connect: str | Non
         "fsync": None if connect else ("on (forceSync=yes)" if force_sync else "off (forceSync=no)"),
         "load_at_start": load,
     }
+
+
+@contextlib.contextmanager
+def ensemble_hosts(hosts: str | None) -> Iterator[str]:
+    """``hosts`` when given, else the connect string of a fresh embedded 3-node ensemble for the block (a section
+    run on its own: ``python -m benchmarks.<section>``)."""
+    if hosts:
+        yield hosts
+        return
+    from zkqueue.server.embedded import ZooKeeperEnsemble  # noqa: PLC0415
+
+    with ZooKeeperEnsemble(size=3) as zk:
+        yield zk.connect_string
