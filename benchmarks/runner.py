@@ -24,7 +24,7 @@ import logging
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -267,11 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                         aio_settings.adds, aio_settings.jobs = 1000, 500
                     aio_settings.adds = args.aio_adds or aio_settings.adds
                     aio_settings.jobs = args.aio_jobs or aio_settings.jobs
-                    try:
-                        aio = run_aio(connect, aio_settings)
-                    except Exception as exc:  # noqa: BLE001 - reported in the table, the rest goes on
-                        log.warning("aio rows failed: %r", exc)
-                        aio = {"status": "n/a", "reason": repr(exc)[:300]}
+                    aio = _section_or_na("aio rows", lambda: run_aio(connect, aio_settings))
                     progress.advance(task)
                 if live_on:
                     progress.update(task, description="jobs_live: zkqueue raw and task paths, BullMQ, pools")
@@ -282,11 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                         live_settings.jobs, live_settings.chunk, live_settings.cpu_jobs = 300, 100, 40
                     live_settings.jobs = args.jobs_live_count or live_settings.jobs
                     live_settings.cpu_jobs = args.jobs_live_cpu_count or live_settings.cpu_jobs
-                    try:
-                        live = run_live(connect, live_settings)
-                    except Exception as exc:  # noqa: BLE001 - reported in the table, the rest goes on
-                        log.warning("jobs_live rows failed: %r", exc)
-                        live = {"status": "n/a", "reason": repr(exc)[:300]}
+                    live = _section_or_na("jobs_live rows", lambda: run_live(connect, live_settings))
                     progress.advance(task)
                 if progress_on:  # (not counted in the bar's total)
                     progress.update(task, description="progress: ordered consumer")
@@ -303,11 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                     progress.update(task, description=f"scheduled: 50/s trickle over {sched.depth:,} parked")
                     from benchmarks.scheduled_bench import run_section as run_scheduled  # noqa: PLC0415
 
-                    try:
-                        scheduled = run_scheduled(connect, sched, cleanup=bool(args.connect))
-                    except Exception as exc:  # noqa: BLE001 - reported in the table, the rest goes on
-                        log.warning("scheduled row failed: %r", exc)
-                        scheduled = {"status": "n/a", "reason": repr(exc)[:300]}
+                    scheduled = _section_or_na(
+                        "scheduled row", lambda: run_scheduled(connect, sched, cleanup=bool(args.connect)))
                     progress.advance(task)
         finally:
             if args.connect:  # an embedded ensemble is thrown away whole
@@ -364,6 +353,15 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"JSON: {path}   chart: {png or 'not written (nothing to draw, or matplotlib missing)'}   "
                   f"took {out['duration_s']:.0f} s")
     return 0
+
+
+def _section_or_na(what: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``, or an "n/a" section with the reason when it fails: reported in the table, the rest goes on."""
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001
+        log.warning("%s failed: %r", what, exc)
+        return {"status": "n/a", "reason": repr(exc)[:300]}
 
 
 def scheduled_settings(args: argparse.Namespace) -> Any:
