@@ -135,7 +135,12 @@ class Worker:
         self._running: set[Attempt] = set()
         self._starting = 0  # jobs the dispatcher is starting now
         self._ends: list[tuple[HeldJob, Any]] = []  # decided, to commit
-        self._releases: list[HeldJob] = []  # given back (cold stop), to commit
+        # Give-backs of a stop (cold: attempt counted; unstarted: uncounted) wait until the claimers have ended, so
+        # a claim still waiting for jobs cannot take them again in the moment before the stop joins it.
+        self._releases: list[HeldJob] = []
+        self._returns: list[tuple[HeldJob, Any]] = []
+        self._claimers_left = 0
+        self._claims_ended = threading.Event()
         self._own_ends: list[tuple[Attempt, Callable[[Attempt], None]]] = []  # timed out, for Route.end to commit
         self._committing = False
         self._deadlines: list[tuple[float, int, Attempt]] = []
@@ -162,6 +167,9 @@ class Worker:
             self._started = True
         for driver in self._drivers:
             driver.start(self.concurrency)
+        self._claimers_left = len(self.queues)
+        if not self.queues:
+            self._claims_ended.set()
         self._threads = [threading.Thread(target=self._guard, args=(self._claim_loop, q), daemon=True,
                                           name=f"{self._name}-claims-{i}") for i, q in enumerate(self.queues)]
         self._dispatcher = threading.Thread(target=self._guard, args=(self._dispatch_loop,), daemon=True,
@@ -253,6 +261,16 @@ class Worker:
         return room
 
     def _claim_loop(self, queue: JobQueue) -> None:
+        try:
+            self._claim_until_stopped(queue)
+        finally:
+            with self._cond:
+                self._claimers_left -= 1
+                if self._claimers_left <= 0:
+                    self._claims_ended.set()
+                self._cond.notify_all()
+
+    def _claim_until_stopped(self, queue: JobQueue) -> None:
         failures = 0
         # A claim costs a few round trips whatever its size: while the jobs held cover the next round of slots, the
         # claimer waits until half its room is free, instead of claiming a job or two each time a slot frees.
@@ -393,7 +411,7 @@ class Worker:
         with self._cond:
             if self._cold.is_set():  # a cold stop came while its attempt was being counted: it never runs
                 self.counts["returned"] += 1
-                self._ends.append((held, queue.outcomes.unstarted(held.claimed)))
+                self._returns.append((held, queue.outcomes.unstarted(held.claimed)))
                 self._cond.notify_all()
                 return
             self._running.add(attempt)
@@ -455,6 +473,8 @@ class Worker:
                     self._own_ends.append((attempt, own))
             elif completion is None:
                 self._releases.append(held)
+            elif attempt.how == GIVEN_BACK:
+                self._returns.append((held, completion))
             else:
                 self._ends.append((held, completion))
             if self.max_jobs is not None and self._started_jobs >= self.max_jobs and not self._running:
@@ -491,13 +511,18 @@ class Worker:
     def _finish_loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._ends or self._releases or self._own_ends):
+                while not (self._ends or self._own_ends
+                           or (self._claims_ended.is_set() and (self._releases or self._returns))):
                     if self._finishing.is_set():
                         return
                     self._cond.wait(0.5)
                 ends, self._ends = self._ends, []
-                releases, self._releases = self._releases, []
                 own, self._own_ends = self._own_ends, []
+                releases: list[HeldJob] = []
+                if self._claims_ended.is_set():
+                    releases, self._releases = self._releases, []
+                    ends += self._returns
+                    self._returns = []
                 self._committing = True
             try:
                 for attempt, end in own:
@@ -518,7 +543,7 @@ class Worker:
         """Nothing held, running or waiting to be committed here."""
         with self._cond:
             return not (self._ready or self._running or self._starting or self._ends or self._releases
-                        or self._own_ends or self._committing)
+                        or self._returns or self._own_ends or self._committing)
 
     def running_ids(self) -> list[str]:
         """Ids of the jobs running now."""
