@@ -1,6 +1,7 @@
 """AsyncFlow on a real ZooKeeper: sync and async flows on one path both ways, fan-out and a join, many coroutine
 step handlers in flight, retry then dead as the sync layer does, step timeouts, cancellation that loses nothing,
-draining stop(), max_concurrency slots, and a wait() that leaves the loop free."""
+draining stop(), a stop(timeout) that gives steps claimed ahead back uncounted and cuts off hung ones,
+max_concurrency slots, and a wait() that leaves the loop free."""
 
 from __future__ import annotations
 
@@ -256,6 +257,52 @@ async def test_stop_drains_running_steps_and_commits_their_hand_offs(zk_client) 
         counts = await flow.counts()
         assert counts["steps"]["first"]["active"] == 0
         assert counts["steps"]["second"]["queued"] == running  # each hand-off queued its next step
+
+
+@pytest.mark.asyncio
+async def test_stop_gives_steps_claimed_ahead_back_uncounted_and_cuts_off_running_ones(zk_client) -> None:
+    started: list[str] = []
+    cancelled = 0
+
+    async def hung(job):
+        nonlocal cancelled
+        started.append(job.id)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled += 1
+            raise
+
+    async def quick(job):
+        return job.params
+
+    flow = AsyncFlow(zk_client, PATH, retry=FAST).step("one", hung)
+    async with flow:
+        for i in range(4):
+            await flow.add(i, job_id=f"h-{i}")
+        worker = flow.work(concurrency=1)
+
+        async def all_claimed() -> bool:
+            return len(started) == 1 and (await flow.counts())["steps"]["one"]["active"] == 4
+
+        await wait_until(all_claimed, 20, "one step job running and three claimed ahead")
+        assert worker.stats()["prefetched"] == 3
+        began = time.monotonic()
+        await worker.stop(timeout=0.3)  # warm for 0.3 s, then cold: the hung one is given back
+        assert time.monotonic() - began < 10  # it was cut off, not waited for
+        await wait_until(lambda: asyncio.sleep(0, cancelled == 1), 20, "the hung handler cancelled")
+        stats = worker.stats()
+        assert (stats["released"], stats["returned"], stats["completed"], stats["in_flight"]) == (1, 3, 0, 0)
+        counts = await flow.counts()
+        assert counts["steps"]["one"] == {"queued": 4, "active": 0, "retrying": 0}  # all back at once
+
+    again = AsyncFlow(zk_client, PATH, retry=FAST).step("one", quick)
+    async with again:
+        async with again.work(concurrency=4):
+            jobs = await asyncio.gather(*(again.wait(f"h-{i}", timeout=20) for i in range(4)))
+    assert [j.results["one"] for j in jobs] == list(range(4))
+    attempts = {j.id: j.history[-1].attempts for j in jobs}
+    assert attempts == {f"h-{i}": 2 if f"h-{i}" == started[0] else 1 for i in range(4)}  # only the one that ran
 
 
 @pytest.mark.asyncio

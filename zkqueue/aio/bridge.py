@@ -92,6 +92,11 @@ class Offloader:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
         self._closed = False
 
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The pool itself, for callers off the loop (a worker runtime's step ends)."""
+        return self._pool
+
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> asyncio.Future[R]:
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))

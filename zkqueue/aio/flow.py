@@ -7,9 +7,11 @@ blocking the loop:
 
 - ``get``, ``wait``: kazoo's async requests and a watch on the flow record, bridged to the loop
   (:mod:`zkqueue.aio.bridge`); ``wait`` sleeps until the record changes, it does not poll.
-- ``start``, ``close``, ``add``, ``counts``, ``jobs``, ``reap``, and the workers' claims and step ends: the sync
-  call in the flow's ONE small thread pool (:class:`~zkqueue.aio.bridge.Offloader`), never a thread per call.
-- ``work``: coroutine step handlers on the loop (:mod:`zkqueue.aio.flow_worker`).
+- ``start``, ``close``, ``add``, ``counts``, ``jobs``, ``reap``, and the workers' reads of a flow record before a
+  step and their step ends (hand-offs, retries): the sync call in the flow's ONE small thread pool
+  (:class:`~zkqueue.aio.bridge.Offloader`), never a thread per call.
+- ``work``: coroutine step handlers on the loop, on the one worker runtime, whose threads claim, start and time
+  step jobs (:mod:`zkqueue.aio.flow_worker`).
 
 ```python
 flow = AsyncFlow(client, "/flows/access", retry=RetryPolicy(max_attempts=3))
@@ -50,7 +52,7 @@ class AsyncFlow(Opened):
 
     ``retry``, ``acl``, ``keep`` and ``reap_interval`` are those of :class:`~zkqueue.flows.Flow`.
     ``executor_threads`` sizes the thread pool of the blocking seams; None (default) picks 4 plus one per step
-    when the flow starts, since each step's claim loop keeps one thread waiting for due jobs.
+    when the flow starts.
     """
 
     kind = "flow"
@@ -140,10 +142,11 @@ class AsyncFlow(Opened):
     # ------------------------------------------------------------------------------------------ working
     def work(self, concurrency: int = 1, steps: Sequence[str] | None = None, *, timeout: float | None = None,
              slow_after: float | None = 0.1) -> AsyncFlowWorker:
-        """Run the coroutine handlers of every step (or only ``steps``) on this loop, up to ``concurrency`` runs
-        of each step at once, until ``await worker.stop()`` or close(). ``timeout`` is the default of steps
-        defined without one; a handler step that blocks the loop longer than ``slow_after`` seconds is reported
-        once per step job. See :mod:`zkqueue.aio.flow_worker`. Call it from a coroutine."""
+        """Run the coroutine handlers of every step (or only ``steps``) on this loop until ``await worker.stop()``
+        or close(): ``concurrency`` runs per step worked, shared across those steps (``concurrency`` x the number of
+        steps at once in all). ``timeout`` is the default of steps defined without one; a handler step that blocks
+        the loop longer than ``slow_after`` seconds is reported once per step job. See
+        :mod:`zkqueue.aio.flow_worker`. Call it from a coroutine."""
         self._check_open()
         if isinstance(steps, str):
             steps = [steps]

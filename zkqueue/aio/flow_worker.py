@@ -1,23 +1,30 @@
-"""Async flow workers: ``flow.work(concurrency=50)`` runs coroutine step handlers on the event loop, up to
-``concurrency`` per step at once, with the thread workers' semantics (:class:`~zkqueue.flows.FlowWorker`).
+"""Async flow workers: ``flow.work(concurrency=50)`` runs coroutine step handlers on the running event loop, on the
+one worker runtime (:mod:`zkqueue.runtime`), as the thread workers do.
 
-Per step, one claim loop (a task) asks the step's job queue for as many jobs as there are free slots
-(``JobQueue.claim_many``: it waits for due jobs and counts each attempt under the lease). Each claimed job runs as
-a task: :func:`zkqueue.flows.ends.begin` reads the flow record, ``await handler(job)`` runs on the loop, and
-:func:`zkqueue.flows.ends.settle` commits the end: the step's completion, the flow record's update and the next
-step's item(s) in ONE fenced multi, or a retry, or a dead step handed off as a failure. Claims, ``begin`` and
-``settle`` block on ZooKeeper, so they run in the flow's :class:`~zkqueue.aio.bridge.Offloader`.
+:class:`AsyncFlowWorker` is a facade over the thread workers' own :class:`~zkqueue.flows.worker.FlowWorker`, built
+with the runtime's asyncio driver on the caller's loop instead of threads. So a step job is claimed, started, timed
+and ended as it is on ``Flow.work``: the runtime's claimers (threads) lease step jobs ahead of free slots without
+counting an attempt, its dispatcher counts each attempt as its job starts and enforces timeouts, and each started
+step job runs as a task of this loop: its flow record is read in the flow's thread pool
+(:class:`~zkqueue.aio.bridge.Offloader`), then ``await handler(job)`` runs on the loop. Its end is the flow's own
+(:mod:`zkqueue.flows.ends`: the step's completion, the flow record's update and the next step's item(s) in ONE
+fenced multi, or a retry, or a dead step handed off as a failure), committed in the flow's thread pool while the
+step job still holds its slot (a timed-out one's by the runtime's finisher): no ZooKeeper call blocks the loop.
 
+- **Concurrency.** ``concurrency`` runs per step worked, shared: the runtime runs ``concurrency`` x the number of
+  steps handlers at once across the worker's steps (one busy step may use the others' share).
 - **Timeouts.** A step defined with ``timeout=`` (or the worker's default ``timeout``) whose handler still runs
-  after that many seconds is cancelled; the attempt fails with :class:`~zkqueue.aio.JobTimeoutError` (retried by
-  the step's policy, or dead).
+  after that many seconds is cancelled; the attempt fails with :class:`~zkqueue.errors.JobTimeoutError` (retried by
+  the step's policy, or dead and handed off as a failure).
 - **Cancellation.** Cancelling :attr:`AsyncFlowWorker.task` cancels every running handler and gives their jobs
-  back untouched (released, their attempt counted): they run again at once. Ends already being committed finish
-  first.
-- **stop()** stops claiming, lets running handlers finish and commits their ends.
-- **max_concurrency** steps take a slot of the flow's kazoo ``Semaphore`` per run, as the thread workers do (tried
-  without blocking, again every :data:`SLOT_WAIT` seconds); at most ``min(concurrency, max_concurrency)`` runs of
-  such a step per worker.
+  back (released, their attempt counted): they run again at once, without a backoff. Step jobs claimed ahead go
+  back uncounted (they never ran). Ends already decided are committed first.
+- **stop(timeout)** is warm, then cold: it stops claiming, gives back the step jobs claimed ahead (uncounted), lets
+  running handlers finish and hand off within ``timeout`` seconds (default
+  :data:`~zkqueue.jobs.queue.DEFAULT_STOP_TIMEOUT`; None: as long as they take), then gives the rest back as a
+  cancellation does.
+- **max_concurrency** steps are claimed under leases of the flow's semaphore for the step
+  (:class:`~zkqueue.flows.limits.LimitedStep`), a bound across every worker of the flow.
 - **Blocking handlers** are reported once per step job (:mod:`zkqueue.aio.watchdog`).
 """
 
@@ -26,249 +33,96 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
-import socket
-import uuid
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from zkqueue.aio.bridge import Offloader
-from zkqueue.aio.held import claim_held
 from zkqueue.aio.lifecycle import WorkerTask
 from zkqueue.aio.watchdog import SlowSteps
-from zkqueue.aio.worker import JobTimeoutError
-from zkqueue.errors import ConfigurationError, QueueClosedError
+from zkqueue.errors import ConfigurationError
 from zkqueue.flows import ends
 from zkqueue.flows.definition import Step
 from zkqueue.flows.flow import Flow
-from zkqueue.jobs.queue import JobQueue
-from zkqueue.jobs.scope import HeldJob, release_many
+from zkqueue.flows.worker import FlowWorker
+from zkqueue.jobs.model import Job
+from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
+from zkqueue.runtime import AsyncioDriver, is_async
 
-log = logging.getLogger("zkqueue.aio.flow")
-
-#: Seconds one claim waits for a due step job before the claim loop looks at stop() again.
-CLAIM_WAIT = 0.5
-#: Seconds to wait after a claim failed (e.g. the connection is lost) before the next one.
-CLAIM_ERROR_PAUSE = 1.0
-#: Seconds between two tries for a slot of a ``max_concurrency`` step (and the wait of the claim that follows).
-SLOT_WAIT = 0.25
-
-
-@dataclass(frozen=True)
-class _StepQueue:
-    """A step's job queue as :func:`zkqueue.aio.held.claim_held` takes it (a :class:`~zkqueue.aio.held.JobSource`)."""
-
-    path: str
-    sync: JobQueue
-    offloader: Offloader
-
-
-def is_async_handler(handler: Any) -> bool:
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+log = logging.getLogger("zkqueue.aio.flow_worker")
 
 
 class AsyncFlowWorker(WorkerTask["AsyncFlowWorker"]):
     """Coroutine step handlers of one flow on the running loop (see the module docs). Made by
     :meth:`AsyncFlow.work <zkqueue.aio.AsyncFlow.work>`; ``await worker.stop()`` drains it, cancelling
-    :attr:`task` gives running jobs back."""
+    :attr:`task` gives running jobs back. ``timeouts``: seconds per attempt of each step by name (None: no
+    limit); ``offloader``: the flow's thread pool, where flow records are read and step ends committed."""
 
     def __init__(self, flow: Flow, offloader: Offloader, steps: list[Step], concurrency: int,
                  timeouts: dict[str, float | None], slow_after: float | None,
                  on_stopped: Callable[[AsyncFlowWorker], None] | None = None) -> None:
         for step in steps:
-            if not is_async_handler(step.handler):
+            if not is_async(step.handler):
                 raise ConfigurationError(f"the handler of step {step.name!r} must be a coroutine function "
                                          f"(async def), got {step.handler!r}; thread handlers go to Flow.work")
         super().__init__(on_stopped, concurrency, slow_after)
-        self._flow = flow
         self._off = offloader
-        self._steps = steps
-        self._timeouts = timeouts
         self._slow = SlowSteps(slow_after, flow.paths.root)
-        self._running: set[asyncio.Task[None]] = set()
-        self._committing: set[asyncio.Future[Any]] = set()  # offloaded begin/settle calls under way
-        self._give_back: list[HeldJob] = []
-        self._counts = dict.fromkeys((ends.COMPLETED, ends.RETRIED, ends.DEAD, ends.DROPPED, ends.RELEASED,
-                                      "timed_out"), 0)
-        self.peak_in_flight = 0
+        self._stop_timeout: float | None = DEFAULT_STOP_TIMEOUT
+        #: The flow worker under this one (on the runtime: :attr:`FlowWorker.runtime`).
+        self.flow_worker = FlowWorker(flow, steps, concurrency * len(steps), timeouts=timeouts,
+                                      driver=AsyncioDriver(loop=asyncio.get_running_loop()), call=self._step,
+                                      end_executor=offloader.executor, name=f"zkqueue-aio-flow-{flow.paths.root}")
         self._begin(self._run(), f"zkqueue-aio-flow-{flow.paths.root}")
+
+    async def _step(self, step: Step, job: Job) -> tuple[ends.StepView, Any]:
+        """A step job's call, a task on the loop: read its flow record in the thread pool, then await its handler
+        (unless the flow job's run is over). What it raises fails the attempt."""
+        view = await self._off.run(self.flow_worker.look, step, job)
+        if view.job is None:  # the flow job failed meanwhile, is gone, or runs again: dropped unrun
+            return view, None
+        call = step.handler(view.job)
+        if not inspect.isawaitable(call):
+            raise TypeError(f"the handler of step {step.name} returned {type(call).__name__}, not an awaitable")
+        where = f"{step.name}/{view.job.id}"
+        return view, await (self._slow.timed(call, where) if inspect.iscoroutine(call) else call)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await self._stopping.wait()
+            await loop.run_in_executor(None, self.flow_worker.stop, self._stop_timeout)
+        except asyncio.CancelledError:  # give back what runs (its attempt counted) and what is held (uncounted)
+            self.flow_worker.kill()
+            await asyncio.shield(loop.run_in_executor(None, self.flow_worker.stop, 0.0))
+            raise
+
+    async def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
+        """Stop claiming, give back the step jobs claimed ahead (uncounted), let the running handlers finish and
+        hand off within ``timeout`` seconds (None: as long as they take; then they are given back, their attempt
+        counted). Idempotent; returns when done."""
+        self._stop_timeout = timeout
+        await super().stop()
 
     @property
     def in_flight(self) -> int:
         """Step handlers running now (all steps)."""
-        return len(self._running)
+        return self.flow_worker.in_flight
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most step handlers that ran at once."""
+        return self.flow_worker.runtime.peak_in_flight
 
     def stats(self) -> dict[str, int]:
         """This worker's step jobs so far: ``completed``, ``retried``, ``dead``, ``dropped`` (their flow job had
-        failed or was gone), ``released`` (given back: cancelled, or the lease was lost), ``timed_out``,
-        ``in_flight``, ``peak_in_flight`` and ``slow_reports``."""
-        return {**self._counts, "in_flight": self.in_flight, "peak_in_flight": self.peak_in_flight,
-                "slow_reports": self._slow.reports}
+        failed or was gone), ``released`` (given back with their attempt counted: cancelled, cut off by a cold
+        stop, or their lease was lost), ``timed_out``, ``returned`` (claimed ahead and given back unstarted),
+        ``in_flight``, ``prefetched`` (claimed, waiting for a slot), ``peak_in_flight`` and ``slow_reports``
+        (handlers reported for blocking the loop)."""
+        s = self.flow_worker.stats()
+        return {ends.COMPLETED: s[ends.COMPLETED], ends.RETRIED: s[ends.RETRIED], ends.DEAD: s[ends.DEAD],
+                ends.DROPPED: s[ends.DROPPED], ends.RELEASED: s[ends.RELEASED] + s["given_back"],
+                "timed_out": s["timed_out"], "returned": s["returned"], "in_flight": s["in_flight"],
+                "prefetched": s["held"], "peak_in_flight": self.peak_in_flight, "slow_reports": self._slow.reports}
 
-    # ------------------------------------------------------------------------------------------ loops
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        serves = []
-        for step in self._steps:
-            source = _StepQueue(self._flow.paths.step(step.name), self._flow.queue(step.name), self._off)
-            if step.max_concurrency is None:
-                serves.append(loop.create_task(self._serve(step, source)))
-            else:
-                serves += [loop.create_task(self._serve_slot(step, source))
-                           for _ in range(min(self.concurrency, step.max_concurrency))]
-        try:
-            await asyncio.gather(*serves)
-        except asyncio.CancelledError:
-            for task in (*serves, *self._running):
-                task.cancel()
-            await asyncio.gather(*serves, *list(self._running), return_exceptions=True)
-            raise
-        finally:
-            await self._settled()
 
-    async def _settled(self) -> None:
-        """Wait for the ends under way, then give back every job nobody ended (one engine call)."""
-        while self._committing:
-            await asyncio.gather(*list(self._committing), return_exceptions=True)
-        give_back, self._give_back = self._give_back, []
-        if give_back:
-            try:
-                await asyncio.shield(self._off.submit(release_many, give_back))
-            except Exception:
-                log.warning("giving back %d step job(s) of %s failed (their leases expire)", len(give_back),
-                            self._flow.paths.root, exc_info=True)
-
-    async def _serve(self, step: Step, source: _StepQueue) -> None:
-        running: set[asyncio.Task[None]] = set()
-        freed = asyncio.Event()
-
-        def done(task: asyncio.Task[None]) -> None:
-            running.discard(task)
-            freed.set()
-
-        while not self._stopping.is_set():
-            free = self.concurrency - len(running)
-            if free <= 0:
-                freed.clear()
-                await self._wait_for(freed)
-                continue
-            held = await self._claim(source, free, CLAIM_WAIT)
-            if held is None:
-                break
-            for h in held:
-                if self._stopping.is_set():
-                    self._give_back.append(h)
-                    continue
-                task = self._start(step, h)
-                running.add(task)
-                task.add_done_callback(done)
-        if running:  # stop(): drain
-            await asyncio.gather(*list(running), return_exceptions=True)
-
-    async def _serve_slot(self, step: Step, source: _StepQueue) -> None:
-        """One run at a time of a ``max_concurrency`` step, each under a slot of the flow's semaphore."""
-        ident = f"{socket.gethostname()}-{os.getpid()}-aio-{uuid.uuid4().hex[:8]}"
-        sem = self._flow.client.Semaphore(self._flow.paths.limit(step.name), ident, max_leases=step.max_concurrency)
-        while not self._stopping.is_set():
-            acquiring = self._off.submit(sem.acquire, False)
-            try:
-                got = await asyncio.shield(acquiring)
-            except asyncio.CancelledError:
-                acquiring.add_done_callback(lambda f: self._let_go(sem, f))
-                raise
-            except Exception:
-                log.warning("a slot of step %s of %s could not be taken; again in %.1fs", step.name,
-                            self._flow.paths.root, CLAIM_ERROR_PAUSE, exc_info=True)
-                await self._wait_for(self._stopping, CLAIM_ERROR_PAUSE)
-                continue
-            if not got:
-                await self._wait_for(self._stopping, SLOT_WAIT)
-                continue
-            try:
-                held = await self._claim(source, 1, SLOT_WAIT)
-                if held is None:
-                    break
-                for h in held:
-                    await self._start(step, h)  # cancelling this loop cancels the job's task too
-            finally:
-                await asyncio.shield(self._off.submit(sem.release))
-
-    def _let_go(self, sem: Any, acquired: asyncio.Future[bool]) -> None:
-        """A slot a cancelled loop got after all: release it."""
-        if not acquired.cancelled() and acquired.exception() is None and acquired.result():
-            self._off.submit_detached(sem.release)
-
-    async def _claim(self, source: _StepQueue, n: int, wait: float) -> list[HeldJob] | None:
-        """Up to ``n`` step jobs; [] after a failed claim (logged, paused); None once the queue is closed."""
-        try:
-            return await claim_held(source, n, wait)
-        except QueueClosedError:
-            log.info("step queue %s closed: its claim loop ends", source.path)
-            return None
-        except Exception:
-            log.warning("claiming step jobs of %s failed; again in %.1fs", source.path, CLAIM_ERROR_PAUSE,
-                        exc_info=True)
-            await self._wait_for(self._stopping, CLAIM_ERROR_PAUSE)
-            return []
-
-    def _start(self, step: Step, held: HeldJob) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(self._one(step, held),
-                                                      name=f"zkqueue-aio-step-{step.name}-{held.record.id}")
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-        self.peak_in_flight = max(self.peak_in_flight, len(self._running))
-        return task
-
-    async def _offload(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the offloader, carried through to its end even if this task is cancelled."""
-        fut = self._off.submit(fn, *args)
-        self._committing.add(fut)
-        fut.add_done_callback(self._committing.discard)
-        return await asyncio.shield(fut)
-
-    # ------------------------------------------------------------------------------------------ one step job
-    async def _one(self, step: Step, held: HeldJob) -> None:
-        deciding = False  # once the end is being committed, a cancellation no longer gives the job back
-        try:
-            run = await self._offload(ends.begin, self._flow, step, held)
-            if run.job is None:  # its flow job failed meanwhile, or is gone: dropped without running
-                deciding = True
-                self._count(await self._offload(ends.settle, self._flow, run))
-                return
-            timeout = self._timeouts.get(step.name)
-            limit = asyncio.timeout(timeout)
-            error: Exception | None = None
-            value: Any = None
-            try:
-                async with limit:
-                    call = step.handler(run.job)
-                    if not inspect.isawaitable(call):
-                        raise TypeError(f"the handler of step {step.name} returned {type(call).__name__}, "
-                                        "not an awaitable")
-                    where = f"{step.name}/{run.job.id}"
-                    value = await (self._slow.timed(call, where) if inspect.iscoroutine(call) else call)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                error = exc
-                if isinstance(exc, TimeoutError) and limit.expired():
-                    self._counts["timed_out"] += 1
-                    error = JobTimeoutError(f"step {step.name} of flow job {run.job.id} ran past its timeout "
-                                            f"of {timeout:g} s")
-                    error.__cause__ = exc
-            deciding = True
-            self._count(await self._offload(ends.settle, self._flow, run, value, error))
-        except asyncio.CancelledError:  # the worker was cancelled: give the job back unless its end is committing
-            if not deciding:
-                self._counts[ends.RELEASED] += 1
-                self._give_back.append(held)
-            raise
-        except Exception:  # begin() could not read the flow record (it gave the job back) or a bug of ours
-            log.warning("step %s of flow job %s of %s: error outside its handler; the job was given back",
-                        step.name, held.record.id, self._flow.paths.root, exc_info=True)
-            self._give_back.append(held)
-
-    def _count(self, outcome: str) -> None:
-        self._counts[outcome] += 1
-
-    # ------------------------------------------------------------------------------------------ stopping
+__all__ = ["AsyncFlowWorker"]

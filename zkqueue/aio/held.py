@@ -1,12 +1,11 @@
 """Holding jobs from the event loop: claiming them and ending them, for the async take scope
-(:mod:`zkqueue.aio.jobs`) and the async flow worker (:mod:`zkqueue.aio.flow_worker`). (Async job workers run on the
-one worker runtime, :mod:`zkqueue.runtime`.)
+(:mod:`zkqueue.aio.jobs`). (Async job and flow workers run on the one worker runtime, :mod:`zkqueue.runtime`.)
 
-Both only need what :class:`JobSource` names (the wrapped sync queue, the thread pool, the path), so neither
-imports the other. Claims and ends are the job layer's own seams (``JobQueue.claim_many``,
-:func:`~zkqueue.jobs.scope.finish_many`, :func:`~zkqueue.jobs.scope.release_many`): they block, so they run in the
-queue's :class:`~zkqueue.aio.bridge.Offloader`, and the ends of many jobs go in one engine call, so their fenced
-completions share multis instead of one round trip per job.
+It only needs what :class:`JobSource` names (the wrapped sync queue, the thread pool, the path). Claims and ends
+are the job layer's own seams (``JobQueue.claim_many``, :func:`~zkqueue.jobs.scope.finish_many`,
+:func:`~zkqueue.jobs.scope.release_many`): they block, so they run in the queue's
+:class:`~zkqueue.aio.bridge.Offloader`, and the ends of many jobs go in one engine call, so their fenced completions
+share multis instead of one round trip per job.
 """
 
 from __future__ import annotations

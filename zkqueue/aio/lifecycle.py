@@ -1,5 +1,5 @@
-"""What the async classes share. Workers (:class:`WorkerTask`): a claim loop running as a task on the loop, stopped
-by :meth:`WorkerTask.stop` (``await worker.stop()`` or ``async with worker``), and awaitable as that task. Queues and
+"""What the async classes share. Workers (:class:`WorkerTask`): a task on the loop that runs a worker until
+:meth:`WorkerTask.stop` (``await worker.stop()`` or ``async with worker``), awaitable as that task. Queues and
 flows (:class:`Opened`): ``async with`` over ``start()`` and ``close()``."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ W = TypeVar("W", bound="WorkerTask[Any]")
 
 class WorkerTask(Generic[W]):
     """Base of :class:`~zkqueue.aio.worker.AsyncWorker` and :class:`~zkqueue.aio.flow_worker.AsyncFlowWorker`.
-    A subclass calls :meth:`_begin` with its claim loop at the end of ``__init__``; the loop ends when
-    ``_stopping`` is set."""
+    A subclass calls :meth:`_begin` with its task's coroutine at the end of ``__init__``; the coroutine ends
+    once ``_stopping`` is set and the worker is drained."""
 
     task: asyncio.Task[None]
 
@@ -30,17 +30,8 @@ class WorkerTask(Generic[W]):
         self._stopping = asyncio.Event()
 
     def _begin(self, run: Any, name: str) -> None:
-        #: The claim loop's task: cancel it to stop at once (running jobs are given back), await it to wait.
+        #: The worker's task: cancel it to stop at once (running jobs are given back), await it to wait.
         self.task = asyncio.get_running_loop().create_task(run, name=name)
-
-    async def _wait_for(self, event: asyncio.Event, timeout: float | None = None) -> None:
-        """Until ``event`` or stop() (or ``timeout`` seconds)."""
-        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._stopping.wait())]
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
 
     async def stop(self) -> None:
         """Stop claiming, let the running handlers finish, commit their ends. Idempotent; returns when done."""

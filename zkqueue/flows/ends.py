@@ -1,16 +1,14 @@
 """Ending one claimed step job: the seam that thread workers (:class:`~zkqueue.flows.worker.FlowWorker`) and
 coroutine workers (:class:`zkqueue.aio.AsyncFlow`) share, so a step ends the same way whoever ran its handler.
 
-A worker that claimed a step job (a :class:`~zkqueue.jobs.scope.HeldJob`) calls :func:`begin` (reads the flow
-record and builds the handler's :class:`~zkqueue.flows.model.StepJob`), runs the handler however it likes, then
-calls :func:`settle` once with the handler's value or its exception. :func:`settle` checks the value (``Next``,
-JSON), and commits the end: the hand-off in one fenced multi (:mod:`zkqueue.flows.handoff`), a retry with the
-step's policy (the job layer's requeue with a due time), or a dead step handed off as a failure. Both calls block
-on ZooKeeper; neither calls the handler.
-
-Where the flow record is read apart from the held job (the worker runtime's handler thread, which gets the job
-only), :func:`look` reads it and :meth:`StepRun.of` joins what it read to the held job; an attempt that failed
-without a run of its own (timed out, or its handler raised) ends with :func:`fail`.
+A worker runs a started step job (a :class:`~zkqueue.jobs.scope.HeldJob`) in two parts. Its step call (on a
+handler thread, or as a task of an event loop) calls :func:`look` (reads the flow record and builds the handler's
+:class:`~zkqueue.flows.model.StepJob`) and runs the handler however it likes. Then its end joins what was read to
+the held job (:meth:`StepRun.of`) and calls :func:`settle` once with the handler's value; :func:`settle` checks the
+value (``Next``, JSON), and commits the end: the hand-off in one fenced multi (:mod:`zkqueue.flows.handoff`), a
+retry with the step's policy (the job layer's requeue with a due time), or a dead step handed off as a failure. An
+attempt that failed (timed out, or its handler or the read before it raised) ends with :func:`fail`. These calls
+block on ZooKeeper; none calls the handler.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from zkqueue.errors import ConfigurationError, SerializationError
-from zkqueue.flows import handoff, store
+from zkqueue.flows import handoff
 from zkqueue.flows.definition import Definition, Ending, Step
 from zkqueue.flows.handoff import Handoff, StepRef, step_errors
 from zkqueue.flows.model import FlowState, Next, StepJob
@@ -65,8 +63,8 @@ class StepView:
 
 @dataclass
 class StepRun:
-    """One claimed step job between :func:`begin` and :func:`settle`. ``job`` is what the handler gets; None when
-    the step job is to be dropped without running (call :func:`settle` all the same)."""
+    """One started step job and what :func:`look` read for it, to :func:`settle`. ``job`` is what the handler gets;
+    None when the step job is to be dropped without running (call :func:`settle` all the same)."""
 
     step: Step
     held: HeldJob
@@ -93,17 +91,6 @@ def look(flow: EndedFlow, step: Step, job_id: str, run: int, attempt: int) -> St
     job = StepJob(rec.id, step.name, attempt, rec.params, dict(rec.results), list(rec.errors),
                   copy.deepcopy(rec.data))
     return StepView(read, job, copy.deepcopy(rec.data))
-
-
-def begin(flow: EndedFlow, step: Step, held: HeldJob) -> StepRun:
-    """Read the flow record of ``held`` and build its handler's job (blocks). On any error the job is given
-    back (released) and the error raised."""
-    try:
-        return StepRun.of(step, held, look(flow, step, held.record.id, store.run_of(held.record),
-                                           held.record.attempts))
-    except BaseException:
-        held.release()
-        raise
 
 
 def settle(flow: EndedFlow, run: StepRun, value: Any = None, error: BaseException | None = None) -> str:
@@ -181,12 +168,7 @@ def _end(flow: EndedFlow, held: HeldJob, ref: StepRef, ending: Ending | None, re
     return False
 
 
-def release(held: HeldJob) -> None:
-    """Give a claimed step job back untouched (a cancelled worker): it runs again at once, its attempt counted."""
-    held.release()
-
-
 _MISSING = object()
 
-__all__ = ["COMPLETED", "DEAD", "DROPPED", "RELEASED", "RETRIED", "EndedFlow", "StepRun", "StepView", "begin", "fail",
-           "look", "release", "settle"]
+__all__ = ["COMPLETED", "DEAD", "DROPPED", "RELEASED", "RETRIED", "EndedFlow", "StepRun", "StepView", "fail", "look",
+           "settle"]

@@ -16,6 +16,10 @@ by the step's policy or, once dead, hands off as a failure (:mod:`zkqueue.flows.
   attempt counted).
 - **max_concurrency**: such a step's jobs are claimed under leases of the flow's semaphore for it
   (:mod:`zkqueue.flows.limits`), a bound across every worker of the flow.
+
+The driver and the step call are parameters: :class:`zkqueue.aio.AsyncFlow` builds the same worker with the
+asyncio driver on its loop and a coroutine step call (:mod:`zkqueue.aio.flow_worker`), so a step job is claimed,
+started, timed and ended the same way whichever kind of worker runs its handler.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import inspect
 import logging
 import threading
 from collections import Counter
-from typing import Any, Protocol
+from concurrent.futures import Executor
+from typing import Any, Callable, Mapping, Protocol
 
 from zkqueue.errors import ConfigurationError
 from zkqueue.flows import ends, store
@@ -35,7 +40,7 @@ from zkqueue.flows.limits import LimitedStep
 from zkqueue.jobs import JobQueue, RetryPolicy
 from zkqueue.jobs.model import Job
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
-from zkqueue.runtime import Attempt, Route, ThreadDriver, Worker
+from zkqueue.runtime import Attempt, Driver, Route, ThreadDriver, Worker
 
 log = logging.getLogger("zkqueue.flows.worker")
 
@@ -53,23 +58,38 @@ class WorkedFlow(Protocol):
     def retry_of(self, step: Step) -> RetryPolicy: ...
 
 
+#: A step job's call on its driver: ``call(step, job)`` returns ``(view, value)`` (:meth:`FlowWorker._run`), or an
+#: awaitable of it on the asyncio driver.
+StepCall = Callable[[Step, Job], Any]
+
+
 class FlowWorker:
     """The running worker of a flow's ``steps`` (see the module docs): ``concurrency`` step handlers at once,
     ``timeout`` seconds per attempt (None: no limit), ``prefetch`` step jobs held ahead of free slots (None: the
     runtime's default; no attempt is counted for them). :meth:`stop` (or leaving the ``with`` block) drains it.
 
+    ``driver`` runs the step calls (default: a :class:`~zkqueue.runtime.ThreadDriver`), ``call(step, job)`` is the
+    step call (default: :meth:`_run`, the read of the flow record and the handler on the calling thread);
+    ``timeouts``: seconds per attempt of a step by name, over ``timeout`` (None for a step: ``timeout``);
+    ``end_executor``: where a step job's end is committed when its handler ran (default: on the handler's thread;
+    an event loop's must not block: :attr:`Route.end_executor <zkqueue.runtime.Route>`).
+
     ``handled``: step jobs this worker ended (handed off, retried, dead or dropped); ``errors``: ends that failed
     to commit with an error (logged; the job was given back)."""
 
     def __init__(self, flow: WorkedFlow, steps: list[Step], concurrency: int, *, timeout: float | None = None,
-                 prefetch: int | None = None) -> None:
+                 prefetch: int | None = None, driver: Driver | None = None, call: StepCall | None = None,
+                 timeouts: Mapping[str, float | None] | None = None, end_executor: Executor | None = None,
+                 name: str | None = None) -> None:
         self._flow = flow
         self._lock = threading.Lock()
         self.handled = 0
         self.errors = 0
         self._ends: Counter[str] = Counter()
-        name = f"zkqueue-flow-{flow.paths.root}"
-        driver = ThreadDriver(f"{name}-step")
+        name = name or f"zkqueue-flow-{flow.paths.root}"
+        driver = driver if driver is not None else ThreadDriver(f"{name}-step")
+        call = call if call is not None else self._run
+        timeouts = timeouts or {}
         self._limited: list[LimitedStep] = []
         sources: list[Any] = []
         routes: dict[int, Route] = {}
@@ -82,8 +102,9 @@ class FlowWorker:
                 self._limited.append(limited)
                 source = limited
             sources.append(source)
-            routes[id(source)] = Route(driver, functools.partial(self._run, step),
-                                       end=functools.partial(self._end, step, limited))
+            routes[id(source)] = Route(driver, functools.partial(call, step),
+                                       end=functools.partial(self._end, step, limited),
+                                       timeout=timeouts.get(step.name), end_executor=end_executor)
         #: The worker runtime under this flow worker.
         self.runtime = Worker(sources, lambda source, _job: routes[id(source)], [driver], concurrency=concurrency,
                               timeout=timeout, prefetch=prefetch, block_leases=False, name=name)
@@ -131,10 +152,15 @@ class FlowWorker:
                                                           "started")}}
 
     # ------------------------------------------------------------------------------------------ one step job
+    def look(self, step: Step, job: Job) -> ends.StepView:
+        """Read the flow record of step job ``job`` (blocks): what its handler gets (:func:`zkqueue.flows.ends.look`);
+        the view's job is None when the flow job's run is over (the step job is dropped unrun)."""
+        return ends.look(self._flow, step, job.id, store.run_in(job.params), job.attempts)
+
     def _run(self, step: Step, job: Job) -> tuple[ends.StepView, Any]:
         """A step job's call on its handler thread: read its flow record and run the handler (unless the flow job's
         run is over). What it raises fails the attempt (:meth:`_end`)."""
-        view = ends.look(self._flow, step, job.id, store.run_in(job.params), job.attempts)
+        view = self.look(step, job)
         if view.job is None:  # the flow job failed meanwhile, is gone, or runs again: dropped unrun
             return view, None
         value = step.handler(view.job)
@@ -146,7 +172,8 @@ class FlowWorker:
 
     def _end(self, step: Step, limited: LimitedStep | None, attempt: Attempt) -> None:
         """Commit a settled attempt's end (the runtime's :attr:`Route.end <zkqueue.runtime.Route>`): on its handler
-        thread, or on the runtime's finisher for a timeout. A late result of a timed-out attempt never comes here
+        thread (or on ``end_executor``), or on the runtime's finisher for a timeout. ``attempt.result`` is the step
+        call's ``(view, value)``. A late result of a timed-out attempt never comes here
         (the attempt refuses it)."""
         held = attempt.held
         try:
@@ -168,4 +195,4 @@ class FlowWorker:
                 self.handled += 1
 
 
-__all__ = ["FlowWorker", "WorkedFlow"]
+__all__ = ["FlowWorker", "StepCall", "WorkedFlow"]

@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
@@ -77,6 +78,10 @@ class Route:
     timeout on the finisher thread. What it raises gives the job back. An attempt given back on a cold stop is
     released by the runtime as any other.
 
+    ``end_executor``: where ``end`` runs for an attempt settled by its handler, instead of the handler's thread,
+    which must not block when it is an event loop's (the asyncio driver's); the attempt still counts as running
+    until ``end`` returns.
+
     ``timeout``: seconds an attempt may run when the job's record has no timeout of its own (a task's; None: the
     worker's)."""
 
@@ -85,6 +90,7 @@ class Route:
     policy: Any = None
     end: Callable[[Attempt], None] | None = None
     timeout: float | None = None
+    end_executor: Executor | None = None
 
 
 #: Decides each started job's route: ``route(queue, job)``. What it raises fails that attempt.
@@ -405,7 +411,8 @@ class Worker:
             self._end(held, queue.outcomes.failure(held.claimed, exc))
             return
         timeout = next((t for t in (held.record.timeout, route.timeout, self._timeout) if t is not None), None)
-        on_settled = self._settled if route.end is None else functools.partial(self._settled, end=route.end)
+        on_settled = (self._settled if route.end is None
+                      else functools.partial(self._settled, end=route.end, executor=route.end_executor))
         attempt = Attempt(queue, held, job, route.call, timeout, on_settled, route.policy, route.driver,
                           on_begin=self._begun)
         with self._cond:
@@ -431,9 +438,17 @@ class Worker:
             self._cond.notify_all()
 
     # ------------------------------------------------------------------------------------------ ends
-    def _settled(self, attempt: Attempt, end: Callable[[Attempt], None] | None = None) -> None:
+    def _settled(self, attempt: Attempt, end: Callable[[Attempt], None] | None = None,
+                 executor: Executor | None = None) -> None:
         """An attempt's outcome is decided (on the settling thread): its end joins the next commit, or ``end``
-        (:attr:`Route.end`) commits it."""
+        (:attr:`Route.end`) commits it, on ``executor`` (:attr:`Route.end_executor`) if its handler settled it."""
+        if executor is not None and end is not None and attempt.how == RAN:
+            try:
+                executor.submit(self._settled, attempt, end)
+                return
+            except RuntimeError:  # the executor is shut down: end it here after all
+                log.warning("the end of job %s is committed on its handler's thread (its executor is shut down)",
+                            attempt.job.id)
         queue, held = attempt.source, attempt.held
         own = end if attempt.how != GIVEN_BACK else None  # the route commits this end itself
         if attempt.how == RAN:
