@@ -141,6 +141,19 @@ class FaultRun:
         """Consumers that got ``item``, in journal order per consumer."""
         return [n for n in self.consumer_names() for e in self._events(n) if e["ev"] == "deliver" and e["id"] == item]
 
+    def deliveries_by_time(self, item: str) -> list[tuple[float, str]]:
+        """(time, consumer) of every delivery of ``item``, earliest first."""
+        return sorted((e["t"], n) for n in self.consumer_names() for e in self._events(n)
+                      if e["ev"] == "deliver" and e["id"] == item)
+
+    def items_delivered_more_than_once(self) -> list[str]:
+        seen: dict[str, int] = {}
+        for n in self.consumer_names():
+            for e in self._events(n):
+                if e["ev"] == "deliver":
+                    seen[e["id"]] = seen.get(e["id"], 0) + 1
+        return sorted(item for item, k in seen.items() if k > 1)
+
     def check_alive(self) -> None:
         for name, proc in self.procs.items():
             if name not in self.killed and proc.poll() not in (None, 0):

@@ -36,10 +36,17 @@ def test_lock_safe_loses_nothing(ensemble, journal_dir, record_figures, fault) -
     record_figures(acc)
     acc.assert_ok()
     assert acc.acked >= 4 * PER_PRODUCER // 3
-    if fault in EXACTLY_ONCE:  # exactly-once puts: no put is uncertain, and no item comes twice
-        assert (acc.uncertain, acc.duplicates) == (0, 0), acc.figures()
+    if fault in EXACTLY_ONCE:  # exactly-once puts: no put is uncertain
+        assert acc.uncertain == 0, acc.figures()
     if fault == "proxy_cut":
         assert "c0" in acc.sessions_lost  # the cut really outlasted the session
+        # Only c0 lost its session: an item comes twice only when c0 took it first and its ack could not reach the
+        # ensemble before the session ended (how many depends on whether a step of c0's was in flight at the cut).
+        twice = run.items_delivered_more_than_once()
+        assert all(run.deliveries_by_time(item)[0][1] == "c0" for item in twice), \
+            {item: run.deliveries_by_time(item) for item in twice}
+    elif fault in EXACTLY_ONCE:  # nobody's session is lost: no item comes twice
+        assert acc.duplicates == 0, acc.figures()
     if fault == "consumer_kill":
         (victim,) = acc.killed
         (held,) = run.held_when_killed

@@ -43,15 +43,22 @@ def test_200k_parked_items_and_a_due_trickle(zk_client) -> None:
     arrivals = Arrivals()
     builder = QueueBuilder.builder(zk_client, None, JsonSerializer(), QPATH).schedule_layout(LAYOUT)
     with builder.build_delay_queue(park_after=0.0) as producer:
-        base = now_ms() + 18_000  # parked items come due over 10 s, starting 18 s from now
+        base = now_ms() + 22_000  # parked items come due over 10 s, starting 22 s from now
         for i in range(PARKED):
             due = base + (i * 10_000) // PARKED
             producer.put([i, due], due)
         assert producer.flush_puts(120)
         assert producer.stats().put_failed == 0
         parked = producer.stats().parked
-        assert parked > PARKED * 0.9 and parked_count(zk_client, QPATH) == parked
-        assert len(zk_client.get_children(QPATH)) == PARKED - parked  # only what was not parked is in the queue
+        assert parked > PARKED * 0.9
+        bucket_ms = int(LAYOUT.minute_s * 1000)
+        first_move = base - base % bucket_ms - LAYOUT.lead_s * 1000  # the first bucket is moved from then on
+        print(f"200k puts took {(now_ms() - base + 22_000) / 1000:.1f} s")
+        if now_ms() < first_move - 1000:  # nothing was moved out yet
+            assert parked_count(zk_client, QPATH) == parked
+            assert len(zk_client.get_children(QPATH)) == PARKED - parked  # only what was not parked is in the queue
+        # else the puts took so long (a loaded machine) that the first buckets came due and are being moved: the
+        # deliveries below still account for every item exactly once, none early.
 
         consumer = (QueueBuilder.builder(zk_client, arrivals, JsonSerializer(), QPATH).lock_path(QPATH + "-locks")
                     .schedule_layout(LAYOUT).build_delay_queue(park_after=0.0))
