@@ -51,7 +51,7 @@ class KeptOrder:
 
     def _update(self, present: Iterable[str]) -> None:
         names = frozenset(present)  # the same object when given a frozenset
-        if names == self._names:
+        if names is self._names or names == self._names:  # the same listing's set: no O(n) comparison
             return
         keys = self._keys
         kept = [n for n in self._order if n in names]

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from zkqueue.engine.children import ChildrenCache
+from zkqueue.engine.children import ChildrenCache, Snapshot
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.delivery import read_large
@@ -60,6 +60,7 @@ class Puller:
         #: time they were finished: see :meth:`_forget_skips`.
         self._skip: dict[str, float] = {}
         self._skip_lock = threading.Lock()  # completions add to it from other threads
+        self._listed: tuple[Snapshot, frozenset[str]] | None = None  # the item names of the last listing looked at
 
     def claim(self, max_nodes: int, timeout: float | None, *, block_leases: bool = False) -> list[Outcome]:
         """Up to ``max_nodes`` claimed nodes, at least one; [] if none was due within ``timeout`` seconds. With
@@ -75,7 +76,7 @@ class Puller:
                         self._skip.pop(name, None)
                 snap = self._cache.snapshot
                 version = snap.version
-                present = frozenset(n for n in snap.children if naming.is_item_name(n))
+                present = self._items_of(snap)
                 recheck = self._forget_skips(present)
                 due = self._due(present)
                 shared = self._taker.share()
@@ -114,6 +115,17 @@ class Puller:
                     wait = to_due if wait is None else min(wait, to_due)
                 self._cache.wait_for_change(version, wait)
         return []
+
+    def _items_of(self, snap: Snapshot) -> frozenset[str]:
+        """The item names of listing ``snap``. Kept per listing: the claims between two listings (a worker claims
+        many times per listing) reuse the same set, and :class:`~zkqueue.engine.ordering.KeptOrder` sees at once
+        that nothing changed, instead of filtering and comparing the whole listing on every claim."""
+        listed = self._listed
+        if listed is not None and listed[0] is snap:
+            return listed[1]
+        present = frozenset(n for n in snap.children if naming.is_item_name(n))
+        self._listed = (snap, present)
+        return present
 
     @staticmethod
     def _next(due: DueScan, max_nodes: int, shared: tuple[int, int] | None) -> list[str]:
