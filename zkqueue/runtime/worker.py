@@ -424,13 +424,14 @@ class Worker:
             self._running.add(attempt)
             self.peak_in_flight = max(self.peak_in_flight, len(self._running))
             self._started_jobs += 1
-        if self._log_jobs:
-            log.info("%s %s[%s] started (attempt %d)", queue.paths.root, job.task or "job", job.id, job.attempts)
         route.driver.submit(attempt)
 
     def _begun(self, attempt: Attempt) -> None:
         """The driver calls ``attempt``'s handler now: its timeout runs from here (a process pool's child may have
-        been starting until then)."""
+        been starting until then). The job's start line is logged here, off the dispatcher's thread."""
+        if self._log_jobs:
+            log.info("%s %s[%s] started (attempt %d)", attempt.source.paths.root, attempt.job.task or "job",
+                     attempt.job.id, attempt.job.attempts)
         if attempt.timeout is None:
             return
         with self._cond:
