@@ -21,7 +21,7 @@ import task_samples
 from zkqueue import App, Call, JobFailedError, JobState, RetryPolicy
 from zkqueue.errors import ConfigurationError, JobNotFoundError, UnknownTaskError, WaitTimeoutError
 from zkqueue.jobs import Job
-from zkqueue.server.testing import wait_for
+from zkqueue.server.testing import thread_is_waiting, wait_for
 from zkqueue.transport import protocol
 
 FAST = RetryPolicy(max_attempts=3, backoff=0.0, jitter=False)
@@ -141,12 +141,7 @@ def test_result_wakes_on_the_completion_not_on_a_poll(app) -> None:
     waiter.start()
 
     def asleep() -> bool:
-        frame = sys._current_frames().get(waiter.ident or -1)
-        while frame is not None:
-            if frame.f_code.co_name == "wait" and frame.f_code.co_filename.endswith("threading.py"):
-                return True
-            frame = frame.f_back
-        return False
+        return thread_is_waiting(waiter)
 
     wait_for(asleep, message="the waiter never went to sleep")
     jq = app.queue("default")

@@ -5,7 +5,6 @@ same WaitTimeoutError."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Any, Callable
@@ -15,7 +14,7 @@ import pytest
 from zkqueue.aio import AsyncJobQueue
 from zkqueue.errors import ConfigurationError, JobFailedError, JobNotFoundError, WaitTimeoutError
 from zkqueue.jobs import JobQueue, JobState, RetryPolicy
-from zkqueue.server.testing import expire_session, wait_for
+from zkqueue.server.testing import expire_session, thread_is_waiting, wait_for
 
 PATH = "/jobs/waits"
 FAST = RetryPolicy(max_attempts=2, backoff=0.0, jitter=False)
@@ -40,12 +39,7 @@ class Waiter(threading.Thread):
 
     def blocked(self) -> bool:
         """True while the thread sleeps in a threading wait (it looked, found nothing, and waits to be woken)."""
-        frame = sys._current_frames().get(self.ident or -1)
-        while frame is not None:
-            if frame.f_code.co_name == "wait" and frame.f_code.co_filename.endswith("threading.py"):
-                return True
-            frame = frame.f_back
-        return False
+        return thread_is_waiting(self)
 
 
 def test_wait_result_returns_the_result_within_moments_of_the_completion(zk_client, zk_client_factory) -> None:

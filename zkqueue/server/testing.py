@@ -12,8 +12,11 @@ Where the server comes from is chosen by environment variables:
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -110,6 +113,25 @@ def server_from_environment(size: int = 1, **ensemble_kwargs: Any) -> Any:
             raise EnvironmentProblem("the docker target starts a single node; fault tests need the embedded one")
         return DockerZooKeeper()
     return ZooKeeperEnsemble(size=size, **ensemble_kwargs).start_all()
+
+
+def thread_is_waiting(thread: threading.Thread) -> bool:
+    """True while ``thread`` sleeps in a ``threading`` wait (it looked, found nothing, and waits to be woken).
+
+    The collector is off while the frames are taken: on Python 3.11 a collection that starts inside
+    ``sys._current_frames()`` can deadlock the process (CPython gh-106883)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        frame = sys._current_frames().get(thread.ident or -1)
+    finally:
+        if enabled:
+            gc.enable()
+    while frame is not None:
+        if frame.f_code.co_name == "wait" and frame.f_code.co_filename.endswith("threading.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def wait_for(
