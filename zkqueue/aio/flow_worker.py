@@ -44,7 +44,6 @@ from zkqueue.flows.definition import Step
 from zkqueue.flows.flow import Flow
 from zkqueue.flows.worker import FlowWorker
 from zkqueue.jobs.model import Job
-from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 from zkqueue.runtime import AsyncioDriver, is_async
 
 log = logging.getLogger("zkqueue.aio.flow_worker")
@@ -66,12 +65,11 @@ class AsyncFlowWorker(WorkerTask["AsyncFlowWorker"]):
         super().__init__(on_stopped, concurrency, slow_after)
         self._off = offloader
         self._slow = SlowSteps(slow_after, flow.paths.root)
-        self._stop_timeout: float | None = DEFAULT_STOP_TIMEOUT
         #: The flow worker under this one (on the runtime: :attr:`FlowWorker.runtime`).
         self.flow_worker = FlowWorker(flow, steps, concurrency * len(steps), timeouts=timeouts,
                                       driver=AsyncioDriver(loop=asyncio.get_running_loop()), call=self._step,
                                       end_executor=offloader.executor, name=f"zkqueue-aio-flow-{flow.paths.root}")
-        self._begin(self._run(), f"zkqueue-aio-flow-{flow.paths.root}")
+        self._begin(self.flow_worker, f"zkqueue-aio-flow-{flow.paths.root}")
 
     async def _step(self, step: Step, job: Job) -> tuple[ends.StepView, Any]:
         """A step job's call, a task on the loop: read its flow record in the thread pool, then await its handler
@@ -84,23 +82,6 @@ class AsyncFlowWorker(WorkerTask["AsyncFlowWorker"]):
             raise TypeError(f"the handler of step {step.name} returned {type(call).__name__}, not an awaitable")
         where = f"{step.name}/{view.job.id}"
         return view, await (self._slow.timed(call, where) if inspect.iscoroutine(call) else call)
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await self._stopping.wait()
-            await loop.run_in_executor(None, self.flow_worker.stop, self._stop_timeout)
-        except asyncio.CancelledError:  # give back what runs (its attempt counted) and what is held (uncounted)
-            self.flow_worker.kill()
-            await asyncio.shield(loop.run_in_executor(None, self.flow_worker.stop, 0.0))
-            raise
-
-    async def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
-        """Stop claiming, give back the step jobs claimed ahead (uncounted), let the running handlers finish and
-        hand off within ``timeout`` seconds (None: as long as they take; then they are given back, their attempt
-        counted). Idempotent; returns when done."""
-        self._stop_timeout = timeout
-        await super().stop()
 
     @property
     def in_flight(self) -> int:

@@ -5,17 +5,27 @@ flows (:class:`Opened`): ``async with`` over ``start()`` and ``close()``."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from zkqueue.errors import ConfigurationError, QueueClosedError
+from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 
 W = TypeVar("W", bound="WorkerTask[Any]")
 
 
+class Stoppable(Protocol):
+    """What a worker task drives (a :class:`~zkqueue.runtime.Worker`, a flow worker): a warm ``stop(timeout)``
+    that turns cold after ``timeout`` seconds, and ``kill()`` to make it cold at once."""
+
+    def stop(self, timeout: float | None = ...) -> bool: ...
+
+    def kill(self) -> None: ...
+
+
 class WorkerTask(Generic[W]):
     """Base of :class:`~zkqueue.aio.worker.AsyncWorker` and :class:`~zkqueue.aio.flow_worker.AsyncFlowWorker`.
-    A subclass calls :meth:`_begin` with its task's coroutine at the end of ``__init__``; the coroutine ends
-    once ``_stopping`` is set and the worker is drained."""
+    A subclass calls :meth:`_begin` at the end of ``__init__`` with the :class:`Stoppable` its task drives; the
+    task ends once :meth:`stop` has drained it, or at once when the task is cancelled."""
 
     task: asyncio.Task[None]
 
@@ -28,13 +38,27 @@ class WorkerTask(Generic[W]):
         self.concurrency = concurrency
         self._on_stopped = on_stopped
         self._stopping = asyncio.Event()
+        self._stop_timeout: float | None = DEFAULT_STOP_TIMEOUT
 
-    def _begin(self, run: Any, name: str) -> None:
+    def _begin(self, driven: Stoppable, name: str) -> None:
         #: The worker's task: cancel it to stop at once (running jobs are given back), await it to wait.
-        self.task = asyncio.get_running_loop().create_task(run, name=name)
+        self.task = asyncio.get_running_loop().create_task(self._drive(driven), name=name)
 
-    async def stop(self) -> None:
-        """Stop claiming, let the running handlers finish, commit their ends. Idempotent; returns when done."""
+    async def _drive(self, driven: Stoppable) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await self._stopping.wait()
+            await loop.run_in_executor(None, driven.stop, self._stop_timeout)
+        except asyncio.CancelledError:  # give back what runs (its attempt counted) and what is held (uncounted)
+            driven.kill()
+            await asyncio.shield(loop.run_in_executor(None, driven.stop, 0.0))
+            raise
+
+    async def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
+        """Stop claiming, give back the jobs claimed ahead (uncounted), let the running handlers finish and commit
+        their ends within ``timeout`` seconds (None: as long as they take; then they are given back, their attempt
+        counted). Idempotent; returns when done."""
+        self._stop_timeout = timeout
         self._stopping.set()
         await asyncio.gather(self.task, return_exceptions=True)
         if self._on_stopped is not None:

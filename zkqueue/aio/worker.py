@@ -28,7 +28,6 @@ from zkqueue.aio.lifecycle import WorkerTask
 from zkqueue.aio.watchdog import SlowSteps
 from zkqueue.errors import ConfigurationError, JobTimeoutError  # JobTimeoutError: importable here as before
 from zkqueue.jobs.model import Job
-from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 from zkqueue.runtime import AsyncioDriver, Route, Worker
 
 log = logging.getLogger("zkqueue.aio.worker")
@@ -55,7 +54,6 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
         self._jq = jq
         self._handler = handler
         self._slow = SlowSteps(slow_after, jq.path)
-        self._stop_timeout: float | None = DEFAULT_STOP_TIMEOUT
         driver = AsyncioDriver(loop=asyncio.get_running_loop())
         self._runtime = Worker([jq.sync], lambda _queue, _job: Route(driver, self._call), [driver],
                                concurrency=concurrency, prefetch=prefetch, timeout=timeout,
@@ -63,29 +61,13 @@ class AsyncWorker(WorkerTask["AsyncWorker"]):
         #: Jobs claimed ahead of free slots (see the module docs).
         self.prefetch = self._runtime.prefetch
         self._runtime.start()
-        self._begin(self._run(), f"zkqueue-aio-worker-{jq.path}")
+        self._begin(self._runtime, f"zkqueue-aio-worker-{jq.path}")
 
     def _call(self, job: Job) -> Awaitable[Any]:
         call = self._handler(job)
         if not inspect.isawaitable(call):
             raise TypeError(f"the handler returned {type(call).__name__}, not an awaitable")
         return self._slow.timed(call, job.id) if inspect.iscoroutine(call) else call
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await self._stopping.wait()
-            await loop.run_in_executor(None, self._runtime.stop, self._stop_timeout)
-        except asyncio.CancelledError:  # give back what runs (its attempt counted) and what is held (uncounted)
-            self._runtime.kill()
-            await asyncio.shield(loop.run_in_executor(None, self._runtime.stop, 0.0))
-            raise
-
-    async def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
-        """Stop claiming, let the running handlers finish within ``timeout`` seconds (None: as long as they take;
-        then they are given back), commit their ends. Idempotent; returns when done."""
-        self._stop_timeout = timeout
-        await super().stop()
 
     @property
     def in_flight(self) -> int:
