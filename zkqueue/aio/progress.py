@@ -45,7 +45,8 @@ from zkqueue.progress.attempts import StuckCallback
 from zkqueue.progress.consumer import ProgressConsumer, ProgressStats
 from zkqueue.progress.context import JobContext
 from zkqueue.progress.log import JobLog
-from zkqueue.progress.runner import JobTask
+from zkqueue.progress.runner import DriverRunner, JobTask
+from zkqueue.runtime.loop import AsyncioDriver
 
 log = logging.getLogger("zkqueue.aio.progress")
 
@@ -79,83 +80,57 @@ class AsyncJobContext:
         return await asyncio.shield(self._off.submit(self.sync.append_and_done, job_log, items))
 
 
-class _LoopRunner:
-    """The :class:`~zkqueue.progress.runner.JobRunner` that runs coroutine workers on one event loop."""
+class _LoopRunner(DriverRunner):
+    """Runs coroutine workers as tasks of the caller's event loop, on the runtime's asyncio driver."""
 
     def __init__(self, worker: AsyncProgressWorker, progress_path: str, slow_after: float | None) -> None:
+        super().__init__(None, self._run, progress_path, interrupted=_stopped)
         self._worker = worker
-        self._path = progress_path
         self._slow = SlowSteps(slow_after, progress_path)
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._off: Offloader | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.running = 0
-        self.peak = 0
 
     def bind(self, loop: asyncio.AbstractEventLoop, offloader: Offloader) -> None:
-        self._loop = loop
+        self._driver = AsyncioDriver(loop=loop)
         self._off = offloader
 
     def start(self, max_processing: int) -> None:
-        if self._loop is None:
+        if self._driver is None:
             raise QueueStateError("the async progress consumer is started with 'await start()'")
+        super().start(max_processing)
 
     def submit(self, task: JobTask) -> None:  # the coordinator's thread
-        assert self._loop is not None
         try:
-            self._loop.call_soon_threadsafe(self._spawn, task)
+            super().submit(task)
         except RuntimeError:  # the loop is closed: nobody will run it
             task.finished(None)
 
-    def _spawn(self, task: JobTask) -> None:
-        t = asyncio.get_running_loop().create_task(self._run(task), name=f"zkqueue-aio-progress-{task.index}")
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
+    async def _run(self, task: JobTask) -> bool:
+        assert self._off is not None
+        run = task.open()
+        args = task.args if task.context is None else (task.index, task.job, AsyncJobContext(task.context, self._off))
+        return await run.run_async(lambda attempt: self._call_worker(args, task.index))
 
-    async def _run(self, task: JobTask) -> None:
-        ok: bool | None = None
-        self.running += 1
-        self.peak = max(self.peak, self.running)
-        try:
-            assert self._off is not None
-            run = task.open()
-            args = task.args if task.context is None else (task.index, task.job,
-                                                           AsyncJobContext(task.context, self._off))
-            ok = await run.run_async(lambda attempt: self._call(args, task.index))
-        except asyncio.CancelledError:
-            # a stop's leftovers are unfinished; any other cancellation makes the consumer step down
-            ok = False if task.run is not None and not task.run.keep_going() else None
-            raise
-        except BaseException:
-            log.critical("the worker coroutine of job %d of %s died", task.index, self._path, exc_info=True)
-            raise
-        finally:
-            self.running -= 1
-            task.finished(ok)
-
-    async def _call(self, args: tuple[Any, ...], index: int) -> Any:
+    async def _call_worker(self, args: tuple[Any, ...], index: int) -> Any:
         call = self._worker(*args)
         if not inspect.isawaitable(call):
             raise TypeError(f"the worker returned {type(call).__name__}, not an awaitable")
         return await (self._slow.timed(call, str(index)) if inspect.iscoroutine(call) else call)
 
     def shutdown(self) -> None:  # any thread: cancel what is left (runs still going when a stop's timeout ran out)
-        loop = self._loop
-        if loop is None:
-            return
-
-        def cancel() -> None:
-            for t in list(self._tasks):
-                t.cancel()
-
-        try:
-            loop.call_soon_threadsafe(cancel)
-        except RuntimeError:
-            pass
+        if self._driver is not None:
+            for attempt in self._left():
+                self._driver.abandon(attempt)
+        super().shutdown()
 
     @property
     def slow_reports(self) -> int:
         return self._slow.reports
+
+
+def _stopped(task: JobTask, error: BaseException) -> bool:
+    """A cancelled run is a stop's leftover (unfinished) once its term is over; any other cancellation makes the
+    consumer step down."""
+    return isinstance(error, asyncio.CancelledError) and task.run is not None and not task.run.keep_going()
 
 
 def _is_coroutine_function(fn: Any) -> bool:

@@ -74,6 +74,15 @@ def worker(app_spec: str, queues: str | None, concurrency: int, pool: str, prefe
     sys.exit(code)
 
 
+class _InProcessQueueHandler(QueueHandler):
+    """A QueueHandler for a listener in this process: records are queued as they are, and formatted once, by the
+    listener's handlers (the standard ``prepare`` formats and copies each record on the logging thread, for
+    listeners in other processes)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
 def _log_from_a_thread() -> QueueListener:
     """Hand the root logger's records to a thread that writes them (the standard library's QueueHandler and
     QueueListener): a worker logs two lines per job, and writing them on the threads that start and end jobs
@@ -81,7 +90,7 @@ def _log_from_a_thread() -> QueueListener:
     root = logging.getLogger()
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = QueueListener(records, *root.handlers, respect_handler_level=True)
-    root.handlers = [QueueHandler(records)]
+    root.handlers = [_InProcessQueueHandler(records)]
     listener.start()
     return listener
 

@@ -241,6 +241,7 @@ class ProgressConsumer:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 log.error("consumer %s did not stop within %s s", self.progress_path, timeout)
+        self._inflight.close()  # a coordinator still going (past the timeout) starts no run after this
         if self._unwatch is not None:
             self._unwatch()
         self.client.remove_listener(self._on_state)
@@ -457,6 +458,8 @@ class ProgressConsumer:
                     try:
                         complete = self._dispatch(window, head, epoch, fence, markers)
                         error_wait = 0.1
+                    except _SteppedDown:
+                        raise
                     except JobPrunedError as exc:
                         log.error("consumer %s cannot go on: %s", self.progress_path, exc)
                         error_wait = self._source_error("at_index()", exc, max(error_wait, 1.0))
@@ -497,8 +500,8 @@ class ProgressConsumer:
                 i = window.next_index
                 if i in markers:
                     break
-                window.start(i)
                 task = self._task(epoch, fence, i, job)
+                window.start(i)
                 try:
                     self._runner.submit(task)
                 except BaseException:
@@ -576,7 +579,10 @@ class ProgressConsumer:
 
     def _task(self, epoch: int, fence: str, index: int, job: Any) -> JobTask:
         """Job ``index`` for the runner: its attempts (that stop when this term or the consumer ends), its context,
-        and the report of its end (picked up by the coordinator)."""
+        and the report of its end (picked up by the coordinator). :class:`_SteppedDown` once stop() has stopped
+        waiting for runs (no run may start that stop would not wait for)."""
+        if not self._inflight.add():
+            raise _SteppedDown("the consumer is stopping")
         term_over = self._term_over
 
         def opener() -> tuple[JobRun, JobContext | None]:
@@ -593,7 +599,6 @@ class ProgressConsumer:
             self._finished.append((epoch, index, ok))
             self._wake.set()
 
-        self._inflight.add()
         return JobTask(index, job, opener, finished)
 
     def _handed_off(self, index: int) -> None:

@@ -21,15 +21,25 @@ class InFlight:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._count = 0
+        self._closed = False
 
     @property
     def count(self) -> int:
         with self._cond:
             return self._count
 
-    def add(self) -> None:
+    def add(self) -> bool:
+        """Count one more run; False (nothing counted) once :meth:`close` was called: that run must not start."""
         with self._cond:
+            if self._closed:
+                return False
             self._count += 1
+            return True
+
+    def close(self) -> None:
+        """No run starts from now on (a stop under way): :meth:`add` refuses."""
+        with self._cond:
+            self._closed = True
 
     def done(self) -> None:
         with self._cond:

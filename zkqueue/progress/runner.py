@@ -3,19 +3,23 @@ window, stored progress: the same whoever runs the jobs) and the code that calls
 
 The coordinator hands each job to a :class:`JobRunner` as a :class:`JobTask` and hears back through
 ``task.finished(ok)``, exactly once per task; ``stop()`` waits for that call of every task it submitted (in
-whichever term) before it calls ``shutdown()``. The default, :class:`ThreadRunner`, calls the worker on a pool of
-``max_processing`` threads; :class:`zkqueue.aio.AsyncProgressConsumer` runs coroutine workers on an event loop.
+whichever term) before it calls ``shutdown()``. Runners run tasks on the drivers of the worker runtime
+(:class:`DriverRunner`): the default, :class:`ThreadRunner`, calls the worker on ``max_processing`` slot threads;
+:class:`zkqueue.aio.AsyncProgressConsumer` runs coroutine workers on the application's event loop.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from typing import Any, Protocol
 
 from zkqueue.progress.attempts import JobRun
 from zkqueue.progress.context import JobContext
+from zkqueue.runtime.attempt import Attempt
+from zkqueue.runtime.threads import ThreadDriver
+from zkqueue.runtime.worker import Driver
 
 log = logging.getLogger("zkqueue.progress.runner")
 
@@ -58,35 +62,91 @@ class JobRunner(Protocol):
     def shutdown(self) -> None: ...
 
 
-class ThreadRunner:
-    """Calls ``worker(*task.args)`` on ``max_processing`` threads (``zkqueue-progress-worker``)."""
+class DriverRunner:
+    """A :class:`JobRunner` on a driver of the worker runtime (:mod:`zkqueue.runtime`): each task is one
+    :class:`~zkqueue.runtime.Attempt` whose call, ``call(task)``, runs the job's whole :class:`JobRun` (its runs
+    and retry waits) there, so the consumer's jobs run where and as every other job of zkqueue runs.
+
+    The attempt's outcome is ``task.finished``: the run's verdict; or, when the call raised (a bug of ours, logged
+    as such: :class:`JobRun` retries whatever the worker raises), None, so the consumer steps down, unless
+    ``interrupted(task, error)`` says the error was the runner's own stop (then False: unfinished)."""
+
+    def __init__(self, driver: Driver | None, call: Callable[[JobTask], Any], progress_path: str, *,
+                 interrupted: Callable[[JobTask, BaseException], bool] | None = None) -> None:
+        self._driver = driver
+        self._call = call
+        self._path = progress_path
+        self._interrupted = interrupted
+        self._lock = threading.Lock()
+        self._attempts: set[Attempt] = set()
+        self._running = 0
+        #: The most runs that were going at once.
+        self.peak = 0
+
+    def start(self, max_processing: int) -> None:
+        assert self._driver is not None, "no driver to start"
+        self._driver.start(max_processing)
+
+    def submit(self, task: JobTask) -> None:
+        """Hand ``task`` to the driver (does not block)."""
+        assert self._driver is not None, "start() first"
+        attempt = Attempt(None, None, task, self._call, None, self._settled, driver=self._driver,
+                          on_begin=self._begun, label=f"{task.index} of {self._path}")
+        with self._lock:
+            self._attempts.add(attempt)
+        try:
+            self._driver.submit(attempt)
+        except BaseException:
+            with self._lock:
+                self._attempts.discard(attempt)
+            raise
+
+    def _begun(self, _attempt: Attempt) -> None:
+        with self._lock:
+            self._running += 1
+            self.peak = max(self.peak, self._running)
+
+    def _settled(self, attempt: Attempt) -> None:
+        task: JobTask = attempt.job
+        with self._lock:
+            self._attempts.discard(attempt)
+            if attempt.began:
+                self._running -= 1
+        ok: bool | None = None
+        if attempt.error is None:
+            ok = bool(attempt.result)
+        elif self._interrupted is not None and self._interrupted(task, attempt.error):
+            ok = False
+        else:
+            log.critical("the run of job %d of %s died", task.index, self._path, exc_info=attempt.error)
+        task.finished(ok)
+
+    @property
+    def running(self) -> int:
+        """Runs going now (a job waiting for its retry included)."""
+        with self._lock:
+            return self._running
+
+    def _left(self) -> list[Attempt]:
+        with self._lock:
+            return list(self._attempts)
+
+    def shutdown(self) -> None:
+        """Close the driver; runs still going (a stop's timeout ran out) end as their keep_going turns False."""
+        if self._driver is not None:
+            self._driver.close(wait=0.0)
+
+
+class ThreadRunner(DriverRunner):
+    """Calls ``worker(*task.args)`` on ``max_processing`` threads (``zkqueue-progress-worker-N``) of the runtime's
+    thread driver."""
 
     def __init__(self, worker: Callable[..., Any], progress_path: str) -> None:
         self._worker = worker
-        self._path = progress_path
-        self._pool: ThreadPoolExecutor | None = None
+        super().__init__(ThreadDriver("zkqueue-progress-worker"), self._run, progress_path)
 
-    def start(self, max_processing: int) -> None:
-        self._pool = ThreadPoolExecutor(max_processing, thread_name_prefix="zkqueue-progress-worker")
-
-    def submit(self, task: JobTask) -> None:
-        assert self._pool is not None, "start() first"
-        self._pool.submit(self._run, task)
-
-    def _run(self, task: JobTask) -> None:
-        # JobRun retries whatever the worker raises (BaseException too); what escapes here is a bug of ours
-        ok: bool | None = None
-        try:
-            ok = task.open().run(lambda attempt: self._worker(*task.args))
-        except BaseException:  # never die silently: the coordinator steps down
-            log.critical("the worker thread of job %d of %s died", task.index, self._path, exc_info=True)
-            raise
-        finally:
-            task.finished(ok)
-
-    def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+    def _run(self, task: JobTask) -> bool:
+        return task.open().run(lambda attempt: self._worker(*task.args))
 
 
-__all__ = ["JobRunner", "JobTask", "ThreadRunner"]
+__all__ = ["DriverRunner", "JobRunner", "JobTask", "ThreadRunner"]

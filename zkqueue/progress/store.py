@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError
 
 from zkqueue.errors import ProgressFencedError, ProgressFormatError
 from zkqueue.progress.txn import UNKNOWN_OUTCOME, MultiFailed, Op, commit, wait_connected
@@ -139,9 +139,9 @@ class ProgressStore:
                                               f"(version {self.version} expected)") from None
                 raise exc.error from None
             except UNKNOWN_OUTCOME as exc:
-                if not wait_connected(self.client, 30.0):
-                    raise
-                now = self.client.get(self.path)
+                if isinstance(exc, ConnectionClosedError) or not wait_connected(self.client, 30.0):
+                    raise  # a closed client never reconnects
+                now = self._read_after_loss()
                 if now[1].version == self.version + 1 and now[0] == data:
                     log.debug("progress write of %s landed before the connection dropped", self.path)
                     self._wrote(index, now[1].version)
@@ -152,6 +152,18 @@ class ProgressStore:
             self._wrote(index, results[-1].version)
             return
         raise ProgressFencedError(f"{self.path}: progress {index} not written after 3 tries")
+
+    def _read_after_loss(self) -> tuple[bytes, Any]:
+        """The stored progress, read to learn whether a write whose reply was lost landed: a connection lost again
+        meanwhile is waited out (up to three times), so a write that did land is not taken for a failure (the
+        consumer would step down and run the jobs above the stored index again)."""
+        for tries in range(3):
+            try:
+                return self.client.get(self.path)  # type: ignore[no-any-return]
+            except ConnectionLoss:
+                if tries == 2 or not wait_connected(self.client, 30.0):
+                    raise
+        raise AssertionError("unreachable")
 
     def _wrote(self, index: int, version: int) -> None:
         self.index = index

@@ -28,14 +28,19 @@ class Attempt:
     """A started job: ``job`` (what the handler gets), ``call`` (the handler), ``timeout`` (seconds, or None).
     ``source`` is the queue it came from and ``held`` its lease; ``on_settled(attempt)`` is called once, on the
     settling thread, after :attr:`how`, :attr:`result` and :attr:`error` are set. ``policy``: the retry policy of
-    its task, if not the queue's."""
+    its task, if not the queue's. ``label``: what log lines call it (default: the job's id).
 
-    __slots__ = ("began", "call", "driver", "driver_state", "error", "held", "how", "job", "on_begin", "on_settled",
-                 "policy", "result", "source", "started", "timeout", "_lock")
+    A layer that runs work of its own on a driver, not a job queue's jobs (the ordered consumers of
+    :mod:`zkqueue.progress`), gives ``source`` and ``held`` as None and its own unit of work as ``job``."""
 
-    def __init__(self, source: Any, held: HeldJob, job: Job, call: Callable[[Job], Any], timeout: float | None,
-                 on_settled: Callable[[Attempt], None], policy: Any = None, driver: Any = None, *,
-                 on_begin: Callable[[Attempt], None] | None = None) -> None:
+    __slots__ = ("began", "call", "driver", "driver_state", "error", "held", "how", "job", "label", "on_begin",
+                 "on_settled", "policy", "result", "source", "started", "timeout", "_lock")
+
+    def __init__(self, source: Any, held: HeldJob | None, job: Job | Any, call: Callable[[Any], Any],
+                 timeout: float | None, on_settled: Callable[[Attempt], None], policy: Any = None,
+                 driver: Any = None, *, on_begin: Callable[[Attempt], None] | None = None,
+                 label: str | None = None) -> None:
+        self.label = label if label is not None else str(job.id)
         self.on_begin = on_begin
         self.source = source
         self.driver = driver  # where it runs (told to let it go when it is settled without its handler)
@@ -71,7 +76,7 @@ class Attempt:
         with self._lock:
             if self.how is not None:
                 if how == RAN:
-                    log.warning("job %s: its %s result came after the attempt had %s; refused (%s)", self.job.id,
+                    log.warning("job %s: its %s result came after the attempt had %s; refused (%s)", self.label,
                                 "failing" if error is not None else "successful",
                                 "timed out" if self.how == TIMED_OUT else "been given back",
                                 f"{type(error).__name__}: {error}" if error is not None else "result dropped")
@@ -81,7 +86,7 @@ class Attempt:
         return True
 
     def __repr__(self) -> str:
-        return f"Attempt(job={self.job.id!r}, how={self.how!r})"
+        return f"Attempt(job={self.label!r}, how={self.how!r})"
 
 
 __all__ = ["Attempt", "GIVEN_BACK", "RAN", "TIMED_OUT"]

@@ -53,13 +53,13 @@ class AsyncioDriver:
         try:
             value = attempt.call(attempt.job)
             if not inspect.isawaitable(value):
-                raise ConfigurationError(f"job {attempt.job.id}'s handler returned {type(value).__name__}, not an "
+                raise ConfigurationError(f"job {attempt.label}'s handler returned {type(value).__name__}, not an "
                                          "awaitable: sync handlers run on the thread or process driver")
             value = await value
         except asyncio.CancelledError:
             if attempt.settled:  # cancelled by its timeout or a cold stop: settled already
                 return
-            attempt.settle(RAN, error=asyncio.CancelledError(f"job {attempt.job.id}'s handler was cancelled"))
+            attempt.settle(RAN, error=asyncio.CancelledError(f"job {attempt.label}'s handler was cancelled"))
             return
         except BaseException as exc:  # noqa: BLE001 - any exit of a handler is that attempt's failure
             attempt.settle(RAN, error=exc)

@@ -132,7 +132,7 @@ class ProcessDriver:
         try:
             slot.conn.send((attempt.call, attempt.job))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            attempt.settle(RAN, error=TaskError(f"job {attempt.job.id} cannot be sent to a child process: {exc}"))
+            attempt.settle(RAN, error=TaskError(f"job {attempt.label} cannot be sent to a child process: {exc}"))
             return True
         except OSError as exc:  # the child is gone already
             return self._lost(slot, attempt, exc)
@@ -156,8 +156,8 @@ class ProcessDriver:
             return False
         with self._lock:
             self.lost += 1
-        log.warning("job %s: its child process %s died (exit code %s)", attempt.job.id, slot.process.pid, code)
-        attempt.settle(RAN, error=WorkerLostError(f"job {attempt.job.id}'s child process {slot.process.pid} died "
+        log.warning("job %s: its child process %s died (exit code %s)", attempt.label, slot.process.pid, code)
+        attempt.settle(RAN, error=WorkerLostError(f"job {attempt.label}'s child process {slot.process.pid} died "
                                                   f"(exit code {code}) while running it"))
         return False
 
@@ -169,7 +169,7 @@ class ProcessDriver:
             if slot is None:
                 return
             self.killed += 1
-        log.warning("job %s: killing its child process %s", attempt.job.id, slot.process.pid)
+        log.warning("job %s: killing its child process %s", attempt.label, slot.process.pid)
         if slot.process.is_alive():
             slot.process.kill()
 

@@ -71,7 +71,7 @@ class ThreadDriver:
                         let_go = me in self._let_go
                         self._let_go.discard(me)
                 if let_go:  # a new thread took this slot while the handler hung
-                    log.info("a slot thread let go after job %s's timeout ended", attempt.job.id)
+                    log.info("a slot thread let go after job %s's timeout ended", attempt.label)
                     return
         finally:
             with self._lock:
@@ -86,7 +86,7 @@ class ThreadDriver:
             self._let_go.add(thread)
             self.hung += 1
         log.warning("job %s: its handler thread %s is still running after the attempt ended; a new thread takes "
-                    "its slot", attempt.job.id, thread.name)
+                    "its slot", attempt.label, thread.name)
         self._spawn()
 
     def close(self, wait: float | None = None) -> None:
@@ -108,7 +108,7 @@ def run(attempt: Attempt) -> None:
         value = attempt.call(attempt.job)
         if inspect.iscoroutine(value):
             value.close()
-            raise ConfigurationError(f"job {attempt.job.id}'s handler returned a coroutine: coroutine handlers "
+            raise ConfigurationError(f"job {attempt.label}'s handler returned a coroutine: coroutine handlers "
                                      "run on the asyncio driver (an async task, or zkqueue.aio)")
     except BaseException as exc:  # noqa: BLE001 - any exit of a handler is that attempt's failure
         attempt.settle(RAN, error=exc)

@@ -475,11 +475,7 @@ class Worker:
         except Exception:  # a bug of ours: give the job back rather than lose it
             log.exception("deciding the end of job %s failed; it is given back", attempt.job.id)
             completion = None
-        if self._log_jobs:
-            log.info("%s %s[%s] %s in %.3fs%s", queue.paths.root, attempt.job.task or "job", attempt.job.id,
-                     attempt.how if attempt.how != RAN else "failed" if attempt.error is not None else "completed",
-                     time.monotonic() - attempt.started,
-                     f": {type(attempt.error).__name__}: {attempt.error}" if attempt.error is not None else "")
+        ran_for = time.monotonic() - attempt.started
         if own is not None and attempt.how == RAN:
             self._end_itself(attempt, own)
         with self._cond:
@@ -496,6 +492,10 @@ class Worker:
             if self.max_jobs is not None and self._started_jobs >= self.max_jobs and not self._running:
                 self._stopping.set()  # max_jobs started and ended: the worker is done
             self._cond.notify_all()
+        if self._log_jobs:  # once its slot is free: the dispatcher need not wait for the line
+            log.info("%s %s[%s] %s in %.3fs%s", queue.paths.root, attempt.job.task or "job", attempt.job.id,
+                     attempt.how if attempt.how != RAN else "failed" if attempt.error is not None else "completed",
+                     ran_for, f": {type(attempt.error).__name__}: {attempt.error}" if attempt.error is not None else "")
 
     def _end_itself(self, attempt: Attempt, end: Callable[[Attempt], None]) -> None:
         try:
