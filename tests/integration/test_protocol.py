@@ -69,8 +69,9 @@ WAIT = 30.0  # upper bound for a call that must finish; a hang fails the test in
 class WireProxy:
     """Forwards one client's connections to a ZooKeeper server and records each request's opcode.
 
-    ``hold_replies()`` stops passing server bytes to the client (requests still go through), ``cut()`` closes
-    every open connection, ``blackhole()`` silently drops traffic both ways while keeping sockets open.
+    ``hold_replies()`` holds server bytes back from the client until ``heal()`` (requests still go through; what
+    was held is delivered then, in order), ``cut()`` closes every open connection, ``blackhole()`` silently drops
+    traffic both ways while keeping sockets open.
     """
 
     def __init__(self, upstream: tuple[str, int]) -> None:
@@ -86,6 +87,7 @@ class WireProxy:
         self.passing_requests.set()
         self.sockets: list[socket.socket] = []
         self.closed = False
+        self.dropping = False  # blackhole(): replies are dropped, not held
         threading.Thread(target=self._accept, name="wire-proxy-accept", daemon=True).start()
 
     # control -----------------------------------------------------------------------------------------------
@@ -98,13 +100,16 @@ class WireProxy:
             return Counter(self.opcodes)[opcode]
 
     def hold_replies(self) -> None:
+        self.dropping = False
         self.passing_replies.clear()
 
     def blackhole(self) -> None:
+        self.dropping = True
         self.passing_replies.clear()
         self.passing_requests.clear()
 
     def heal(self) -> None:
+        self.dropping = False
         self.passing_replies.set()
         self.passing_requests.set()
 
@@ -184,7 +189,15 @@ class WireProxy:
                 self._close_pair(src, dst)
                 return
             if not self.passing_replies.is_set():
-                continue
+                if self.dropping:
+                    continue
+                # held: wait for heal() (the rest stays in the socket buffers), so replies keep their order; a
+                # reply dropped here made the client read the next one as an xid mismatch
+                while not self.passing_replies.wait(0.1):
+                    if self.closed or self.dropping:
+                        break
+                if self.dropping or self.closed:
+                    continue
             try:
                 dst.sendall(chunk)
             except OSError:

@@ -23,6 +23,10 @@ from zkqueue.jobs import JobQueue, RateLimit
 from zkqueue.jobs.rate import RateLimiter, rate_node
 from zkqueue.server.testing import make_client, wait_for
 
+# Starts are measured where a caller sees them (a claim's return, a handler's first line): a busy machine delays
+# some of them past the limiter's token lifetime, so these tests run alone (make test's second run).
+pytestmark = pytest.mark.timing
+
 PATH = "/jobs/rated"
 TOLERANCE = 1.10  # handler starts lag their claims a little (threads, a busy machine): 10% over, at most
 
@@ -114,9 +118,17 @@ def test_takes_and_claims_keep_to_the_limit(zk_client) -> None:
                 h.release()  # a released job was still started once: it counts
         assert most_in_window(starts) <= limit.max_jobs
         assert rate_of(starts[:2 * limit.max_jobs + 1]) >= 0.9 * limit.max_jobs
-        # At the limit now (the third window's budget is used): a claim with a short timeout comes back empty
-        assert jq.claim(timeout=0.2) is None
-        assert jq.stats()["rate_slices"] == 3 * limit.max_jobs
+        # At the limit now (the third window's budget is used): a claim with a short timeout comes back empty,
+        # unless the machine was so slow that the window of the last budget ran out before the claim's timeout
+        asked = time.time()
+        late = jq.claim(timeout=0.2)
+        if late is not None:
+            starts.append(time.time())
+            late.release()
+            window_end = starts[-limit.max_jobs - 1] + limit.per
+            assert asked + 0.2 > window_end, f"admitted {window_end - asked:.3f} s before the window ended"
+            assert most_in_window(starts) <= limit.max_jobs
+        assert jq.stats()["rate_slices"] == len(starts)
 
 
 def test_a_close_ends_a_wait_at_the_limit(zk_client) -> None:

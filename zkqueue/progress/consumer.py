@@ -492,7 +492,7 @@ class ProgressConsumer:
                 log.info("job %d finished in a hand-off before: not run again", start)
                 continue
             n = min(window.free(), stop - start)
-            jobs = self._fetch(start, start + n)
+            jobs = self._fetch(start, start + n)[:n]  # a source may give more than it was asked for
             if not jobs:
                 self._checked = True  # head said more: read it again later
                 return False
@@ -501,8 +501,8 @@ class ProgressConsumer:
                 if i in markers:
                     break
                 task = self._task(epoch, fence, i, job)
-                window.start(i)
                 try:
+                    window.start(i)
                     self._runner.submit(task)
                 except BaseException:
                     task.finished(None)  # never ran: the term ends and the job runs again

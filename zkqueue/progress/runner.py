@@ -10,9 +10,10 @@ whichever term) before it calls ``shutdown()``. Runners run tasks on the drivers
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from zkqueue.progress.attempts import JobRun
@@ -80,6 +81,7 @@ class DriverRunner:
         self._lock = threading.Lock()
         self._attempts: set[Attempt] = set()
         self._running = 0
+        self._closed = False
         #: The most runs that were going at once.
         self.peak = 0
 
@@ -93,7 +95,12 @@ class DriverRunner:
         attempt = Attempt(None, None, task, self._call, None, self._settled, driver=self._driver,
                           on_begin=self._begun, label=f"{task.index} of {self._path}")
         with self._lock:
-            self._attempts.add(attempt)
+            closed = self._closed
+            if not closed:
+                self._attempts.add(attempt)
+        if closed:  # a coordinator still going after its stop gave up waiting: the job stays unfinished
+            task.finished(False)
+            return
         try:
             self._driver.submit(attempt)
         except BaseException:
@@ -117,6 +124,8 @@ class DriverRunner:
             ok = bool(attempt.result)
         elif self._interrupted is not None and self._interrupted(task, attempt.error):
             ok = False
+        elif isinstance(attempt.error, asyncio.CancelledError):  # e.g. the loop shut down under the consumer
+            log.warning("the run of job %d of %s was cancelled; the consumer steps down", task.index, self._path)
         else:
             log.critical("the run of job %d of %s died", task.index, self._path, exc_info=attempt.error)
         task.finished(ok)
@@ -132,7 +141,10 @@ class DriverRunner:
             return list(self._attempts)
 
     def shutdown(self) -> None:
-        """Close the driver; runs still going (a stop's timeout ran out) end as their keep_going turns False."""
+        """Close the driver; runs still going (a stop's timeout ran out) end as their keep_going turns False, and
+        a task submitted from now on ends unfinished at once."""
+        with self._lock:
+            self._closed = True
         if self._driver is not None:
             self._driver.close(wait=0.0)
 

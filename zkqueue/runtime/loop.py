@@ -44,7 +44,13 @@ class AsyncioDriver:
             self._loop.close()
 
     def submit(self, attempt: Attempt) -> None:
-        attempt.driver_state = asyncio.run_coroutine_threadsafe(self._run(attempt), self._loop)
+        """Schedule ``attempt`` on the loop; RuntimeError if the loop is closed."""
+        coro = self._run(attempt)
+        try:
+            attempt.driver_state = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except BaseException:
+            coro.close()  # never scheduled
+            raise
 
     async def _run(self, attempt: Attempt) -> None:
         if attempt.settled:
