@@ -355,13 +355,37 @@ def scheduled_verdict(report: dict[str, Any]) -> str | None:
 def markdown(report: dict[str, Any]) -> str:
     """The table as GitHub markdown (for the README)."""
     head = ["workload", *[IMPL_LABELS.get(i, i) for i in report["impls"]], "zkqueue / Curator", "target", "pass"]
+    return table_markdown(table(report), head)
+
+
+def table_markdown(t: Table, head: list[str] | None = None) -> str:
+    """A terminal table as GitHub markdown, its colour marks dropped; ``head``: the header row (default: the
+    table's column headers)."""
+    head = head if head is not None else [str(col.header) for col in t.columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    t = table(report)
     cols = [[str(c) for c in col.cells] for col in t.columns]
-    for i in range(len(cols[0])):
+    for i in range(len(cols[0]) if cols else 0):
         cells = [col[i].replace("[green]", "").replace("[red]", "").replace("[/]", "") for col in cols]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.report FILE``: the jobs live table of a results file as markdown (the README's)."""
+    import sys  # noqa: PLC0415
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m benchmarks.report RESULTS.json", file=sys.stderr)
+        return 2
+    report = json.loads(Path(args[0]).read_text())
+    live = jobs_live_table(report)
+    if live is None:
+        print(f"{args[0]}: no jobs live rows", file=sys.stderr)
+        return 1
+    head = ["jobs live", "jobs/s", "target", "pass"]
+    print(table_markdown(live, head))
+    return 0
 
 
 def write_json(report: dict[str, Any], directory: Path, stamp: str) -> Path:
@@ -477,3 +501,7 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
     line = scheduled_verdict(report)
     if line:
         console.print(line)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
