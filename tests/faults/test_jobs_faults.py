@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,6 +44,22 @@ def test_jobs_through_a_leader_kill(ensemble, journal_dir, record_figures) -> No
                 procs.append(subprocess.Popen([sys.executable, str(HERE / "jobworker.py"), json.dumps(cfg)],
                                               stdout=log, stderr=subprocess.STDOUT, cwd=HERE))
             wait_for(lambda: jq.counts()["completed"] >= JOBS // 3, timeout=120)
+            # A caller who looks at the queue through the failover: its reads wait the election out, none raises
+            looks: list[object] = []
+            looking = threading.Event()
+
+            def look() -> None:
+                n = 0
+                while not looking.is_set():
+                    try:
+                        looks.append(jq.get(ids[n % JOBS]).id if n % 2 else sum(jq.counts().values()))
+                    except Exception as exc:  # noqa: BLE001 - asserted below
+                        looks.append(exc)
+                    n += 1
+                    time.sleep(0.005)
+
+            looker = threading.Thread(target=look, daemon=True)
+            looker.start()
             started = time.monotonic()
             strike("leader_kill", ensemble)
 
@@ -52,6 +69,8 @@ def test_jobs_through_a_leader_kill(ensemble, journal_dir, record_figures) -> No
 
             wait_for(finished, timeout=180, interval=0.2, message=f"jobs left: {jq.counts()}")
             drain_s = time.monotonic() - started
+            looking.set()
+            looker.join(60)
             counts = jq.counts()
             completed = {j.id: j for j in jq.completed()}
             dead = {j.id: j for j in jq.dead_letters()}
@@ -70,5 +89,7 @@ def test_jobs_through_a_leader_kill(ensemble, journal_dir, record_figures) -> No
     assert counts["queued"] == counts["active"] == counts["retrying"] == 0, counts
     assert set(completed) | set(dead) == set(ids) and not set(completed) & set(dead)  # each ends exactly once
     assert not dead, {j: d.last_error for j, d in list(dead.items())[:5]}
+    failed_looks = [x for x in looks if isinstance(x, BaseException)]
+    assert len(looks) > 100 and not failed_looks, (len(looks), failed_looks[:3])
     assert all(completed[job_id].result == 2 * i and completed[job_id].state is JobState.COMPLETED
                for i, job_id in enumerate(ids))

@@ -326,11 +326,21 @@ class JobQueue:
         return worker
 
     # ------------------------------------------------------------------------------------------ looking
+    def _look(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()``, a read for a caller who looks at the queue (get, counts): on a started queue a lost
+        connection (a leader election) is waited out as the puts wait it out, for up to the engine's put outcome
+        wait, instead of raising ConnectionLoss mid-failover."""
+        if self._engine.is_started:
+            return self._engine.read_retrying(call, what)
+        return call()
+
     def get(self, job_id: str) -> Job | None:
-        """The job with ``job_id`` (queued, active, retrying, completed or dead), or None if unknown."""
+        """The job with ``job_id`` (queued, active, retrying, completed or dead), or None if unknown. On a started
+        queue a lost connection is waited out (see :meth:`counts`)."""
         paths = [self.paths.record(job_id), self.paths.finished(job_id, JobState.COMPLETED),
                  self.paths.finished(job_id, JobState.DEAD)]
-        for res in protocol.multi_read(self._client, paths):
+        reads = self._look(lambda: protocol.multi_read(self._client, paths), f"reading job {job_id}")
+        for res in reads:
             if not isinstance(res, BaseException):
                 return self._outcomes.job(Record.decode(res[0]))
         return None
@@ -356,7 +366,11 @@ class JobQueue:
         """Jobs by state: queued (waiting in the queue node, incl. delayed first runs due soon), active (held by a
         worker), retrying (waiting in the queue node for a next attempt), scheduled (parked: first runs and retries
         due more than ``park_after`` seconds ahead), dead and completed. Listings and stats; no record is read.
-        With parking, scheduled costs one read per time bucket (see :func:`zkqueue.engine.parking.parked_count`)."""
+        With parking, scheduled costs one read per time bucket (see :func:`zkqueue.engine.parking.parked_count`).
+        On a started queue a lost connection (a leader election) is waited out, as puts wait it out."""
+        return self._look(self._counts, f"counting the jobs of {self.paths.root}")  # type: ignore[no-any-return]
+
+    def _counts(self) -> dict[str, int]:
         items = [n for n in self._client.get_children(self.paths.queue) if names.parse_item(n) is not None]
         held = held_items(items, self._client.get_children(self.paths.locks), self.paths.queue)
         counts = {"queued": 0, "active": len(held), "retrying": 0}
