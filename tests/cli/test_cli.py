@@ -89,6 +89,14 @@ def test_bad_path_is_a_clear_error(zk_hosts: str) -> None:
     assert "Error" in out.stderr and "path" in out.stderr.lower()
 
 
+def test_bench_finds_the_harness_from_any_directory(tmp_path: Path) -> None:
+    """``zkqueue bench`` run outside the checkout (so ``benchmarks`` is not importable from the current directory)
+    finds the harness beside the package."""
+    out = subprocess.run([*ZKQUEUE, "bench", "--list"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "put_fg_1" in out.stdout
+
+
 def test_unreachable_server_is_a_clear_error() -> None:
     # The connect timeout (15 s by default) only decides how long the command tries: 2 s show the same error.
     began = time.monotonic()

@@ -188,7 +188,8 @@ def bench(args: tuple[str, ...]) -> None:
     import importlib  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
-    checkout = Path(__file__).resolve().parent.parent  # benchmarks/ ships in the source tree, not the wheel
+    checkout = Path(__file__).resolve().parents[2]  # zkqueue/ops/cli.py: benchmarks/ is beside the package, in the
+    # source tree (not in the wheel)
     if (checkout / "benchmarks" / "runner.py").is_file() and str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     try:
