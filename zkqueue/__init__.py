@@ -76,6 +76,7 @@ _EXPORTS = {
     "NonRetryableError": "zkqueue.errors",
     "UnknownTaskError": "zkqueue.errors",
     "TaskParamsError": "zkqueue.errors",
+    "UndecodableParamsError": "zkqueue.errors",
     "DuplicateTaskError": "zkqueue.errors",
     "ConnectFailedError": "zkqueue.errors",
 }
@@ -112,6 +113,7 @@ if TYPE_CHECKING:  # pragma: no cover
         NoSuchElementError,
         SessionLostError,
         TaskParamsError,
+        UndecodableParamsError,
         UnknownTaskError,
         WaitTimeoutError,
         ZkQueueError,

@@ -215,6 +215,12 @@ class TaskParamsError(NonRetryableError, ValueError):
     retried."""
 
 
+class UndecodableParamsError(NonRetryableError, SerializationError):
+    """A job's params (or stored result) cannot be read by its queue's serializer (added with another serializer,
+    or written by hand): the job cannot run, and the attempt that finds it sends it to the dead letters at once;
+    never retried. ``JobQueue.get`` and the listings still show such a job, its undecodable fields as raw bytes."""
+
+
 class DuplicateTaskError(ConfigurationError):
     """A second, different function registered under a task name the app already has."""
 

@@ -144,3 +144,48 @@ def test_queue_node_deleted_under_lock_safe_consumers(zk_client_factory) -> None
     finally:
         for q in queues:
             q.close()
+
+
+def test_jobs_with_arbitrary_params_bytes_end_once_each_and_the_worker_goes_on(zk_client) -> None:
+    """Job params written with another serializer (any bytes): a job whose params the queue's JSON serializer reads
+    completes once; any other ends DEAD on its first attempt (UndecodableParamsError, never retried) and can still
+    be read back, its params as the raw bytes; the worker goes on, and every job is accounted for."""
+    from zkqueue.jobs import JobQueue, JobState, RetryPolicy
+    from zkqueue.formats.serializers import JsonSerializer
+
+    json_ = JsonSerializer()
+
+    def readable(blob: bytes) -> bool:
+        try:
+            json_.deserialize(blob)
+        except Exception:  # noqa: BLE001 - what the worker will find
+            return False
+        return True
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.binary(max_size=24), min_size=1, max_size=6))
+    def prop(raw: list[bytes]) -> None:
+        path = f"/bad-jobs/{uuid.uuid4().hex[:8]}"
+        ids = [f"b{i}" for i in range(len(raw))] + ["good-after"]
+        with JobQueue(zk_client, path, serializer=BytesSerializer()) as writer:  # behind the JSON queue's back
+            assert writer.add_all(zip(ids, raw)) == []
+        with JobQueue(zk_client, path, retry=RetryPolicy(max_attempts=4, backoff=0.0, jitter=False)) as jq:
+            assert jq.add({"n": 1}, "good-after") == "good-after"
+            worker = jq.work(lambda job: job.id, concurrency=2)
+            try:
+                wait_for(lambda: (c := jq.counts())["completed"] + c["dead"] == len(ids), timeout=30,
+                         message=f"{jq.counts()}")
+            finally:
+                worker.stop()
+            counts = jq.counts()
+            assert counts["queued"] == counts["active"] == counts["retrying"] == 0
+            for job_id, blob in [*zip(ids, raw), ("good-after", None)]:
+                job = jq.get(job_id)
+                assert job is not None, job_id
+                if blob is None or readable(blob):
+                    assert job.state is JobState.COMPLETED and job.result == job_id and job.attempts == 1
+                else:
+                    assert job.state is JobState.DEAD and job.attempts == 1, (job_id, blob, job)
+                    assert job.params == blob and "UndecodableParamsError" in job.last_error
+
+    prop()

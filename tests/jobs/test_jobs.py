@@ -287,3 +287,29 @@ def test_bad_arguments_and_lifecycle(zk_client) -> None:
         with pytest.raises(ConfigurationError):
             RetryPolicy(max_attempts=0)
         assert isinstance(jq.add(1), str)  # a generated id
+
+
+def test_undecodable_params_end_the_job_dead_at_once_and_it_can_still_be_looked_at(zk_client) -> None:
+    """A job whose params its queue's serializer cannot read (added with another serializer) is not retried: its
+    first attempt sends it to the dead letters with a clear error; get() and the listings show it, params raw."""
+    from zkqueue.errors import JobDeadError, UndecodableParamsError
+    from zkqueue.formats.serializers import StrSerializer
+
+    with JobQueue(zk_client, PATH, serializer=StrSerializer()) as other:  # params as plain text, not JSON
+        assert other.add("not json {", "odd") == "odd"
+    ran: list[str] = []
+    with JobQueue(zk_client, PATH, retry=RetryPolicy(max_attempts=5, backoff=0.0, jitter=False)) as jq:
+        assert jq.add({"n": 1}, "fine") == "fine"
+        worker = jq.work(lambda job: ran.append(job.id), concurrency=2)
+        try:
+            wait_for(lambda: jq.counts()["dead"] == 1 and jq.counts()["completed"] == 1, timeout=20)
+        finally:
+            worker.stop()
+        dead = jq.get("odd")
+        assert dead is not None and dead.state is JobState.DEAD and dead.attempts == 1  # not retried
+        assert dead.params == b"not json {"  # the raw bytes, not an error
+        assert "UndecodableParamsError" in dead.last_error and "params cannot be read" in dead.last_error
+        assert [j.id for j in jq.dead_letters()] == ["odd"] and ran == ["fine"]
+        with pytest.raises(JobDeadError) as dead_error:  # a result handle's wait says so too
+            jq.wait_result("odd", timeout=5)
+        assert UndecodableParamsError.__name__ in str(dead_error.value.job.last_error)

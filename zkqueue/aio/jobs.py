@@ -317,7 +317,7 @@ class AsyncJobQueue(Opened):
         paths = [p.record(job_id), p.finished(job_id, JobState.COMPLETED), p.finished(job_id, JobState.DEAD)]
         for res in await from_kazoo(multi_read_async(self.client, paths)):
             if not isinstance(res, BaseException):
-                return self.sync.outcomes.job(Record.decode(res[0]))
+                return self.sync.outcomes.view(Record.decode(res[0]))
         return None
 
     async def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
@@ -353,7 +353,7 @@ class AsyncJobQueue(Opened):
                         data, _stat = await from_kazoo(self.client.get_async(path))
                     except NoNodeError:  # reaped or re-added meanwhile
                         break
-                    job = self.sync.outcomes.job(Record.decode(data))
+                    job = self.sync.outcomes.view(Record.decode(data))
                     if job.state is JobState.DEAD:
                         raise JobDeadError(job)
                     return job.result

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from zkqueue.engine.log_limits import RepeatLimiter
 from zkqueue.engine.seams import Completion
+from zkqueue.errors import UndecodableParamsError
 from zkqueue.jobs import store
 from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.model import Job, JobState, Record, now_ms
@@ -101,13 +102,34 @@ class JobOutcomes:
         return store.unclaim(self._paths, claimed.record, claimed.version)
 
     def job(self, record: Record) -> Job:
+        """The job of ``record``, to run: :class:`~zkqueue.errors.UndecodableParamsError` (never retried) when the
+        serializer cannot read its params or result."""
+        return self._job(record, raw=False)
+
+    def view(self, record: Record) -> Job:
+        """The job of ``record``, to look at (get, listings, waits): params or a result the serializer cannot read
+        are given as their raw bytes instead, so such a job can still be seen (and its dead letter dealt with)."""
+        return self._job(record, raw=True)
+
+    def _decode(self, record: Record, what: str, data: bytes, raw: bool) -> Any:
+        try:
+            return self._serializer.deserialize(data)
+        except Exception as exc:
+            if raw:
+                log.debug("job %s of %s: its %s cannot be read (%r): shown as raw bytes", record.id,
+                          self._paths.root, what, exc)
+                return bytes(data)
+            raise UndecodableParamsError(f"job {record.id} of {self._paths.root}: its {what} cannot be read by "
+                                         f"{type(self._serializer).__name__}: {exc}") from exc
+
+    def _job(self, record: Record, raw: bool) -> Job:
         return Job(
             id=record.id,
-            params=self._serializer.deserialize(record.params),
+            params=self._decode(record, "params", record.params, raw),
             state=record.state,
             attempts=record.attempts,
             errors=list(record.errors),
-            result=self._serializer.deserialize(record.result) if record.result is not None else None,
+            result=self._decode(record, "result", record.result, raw) if record.result is not None else None,
             priority=record.priority,
             created_at=record.created_ms / 1000.0,
             updated_at=record.updated_ms / 1000.0,

@@ -342,7 +342,7 @@ class JobQueue:
         reads = self._look(lambda: protocol.multi_read(self._client, paths), f"reading job {job_id}")
         for res in reads:
             if not isinstance(res, BaseException):
-                return self._outcomes.job(Record.decode(res[0]))
+                return self._outcomes.view(Record.decode(res[0]))
         return None
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
@@ -350,7 +350,7 @@ class JobQueue:
         records, not polling. Raises :class:`~zkqueue.errors.JobNotFoundError` if there is no such job,
         :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``) after ``timeout`` seconds (None: no
         limit). No start() needed. See :func:`zkqueue.jobs.waiting.wait_finished`."""
-        return wait_finished(self._client, self.paths, self._outcomes.job, job_id, timeout)
+        return wait_finished(self._client, self.paths, self._outcomes.view, job_id, timeout)
 
     def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
         """The result of job ``job_id`` once it completes (:meth:`wait`); raises
@@ -427,7 +427,7 @@ class JobQueue:
         reads = protocol.multi_read(self._client, [naming.join(parent, n) for n in children])
         records = [Record.decode(r[0]) for r in reads if not isinstance(r, BaseException)]
         records.sort(key=lambda r: r.updated_ms, reverse=True)
-        return [self._outcomes.job(r) for r in records[:limit]]
+        return [self._outcomes.view(r) for r in records[:limit]]
 
     # ------------------------------------------------------------------------------------------ dead letters
     def retry_dead(self, job_ids: Sequence[str] | None = None) -> int:
