@@ -145,9 +145,9 @@ async def test_cancelled_take_gives_its_jobs_back_and_decided_ones_are_committed
             await task
         assert (await jq.get("x")).state is JobState.COMPLETED
         y = await jq.get("y")
-        assert y.state is JobState.ACTIVE and y.attempts == 1 and y.errors == []  # given back, not failed
+        assert y.state is JobState.QUEUED and y.attempts == 0 and y.errors == []  # given back uncounted, not failed
         async with jq.take(timeout=5) as jobs:  # at once, not after a backoff
-            assert [(j.id, j.attempts) for j in jobs] == [("y", 2)]
+            assert [(j.id, j.attempts) for j in jobs] == [("y", 1)]
 
 
 @pytest.mark.asyncio

@@ -313,3 +313,34 @@ def test_undecodable_params_end_the_job_dead_at_once_and_it_can_still_be_looked_
         with pytest.raises(JobDeadError) as dead_error:  # a result handle's wait says so too
             jq.wait_result("odd", timeout=5)
         assert UndecodableParamsError.__name__ in str(dead_error.value.job.last_error)
+
+
+def test_ctrl_c_in_a_take_gives_the_jobs_back_uncounted_and_decided_ones_are_committed(zk_client) -> None:
+    with JobQueue(zk_client, PATH, retry=RetryPolicy(max_attempts=1)) as jq:
+        assert jq.add_all([("x", 1), ("y", 2)]) == []
+        with pytest.raises(KeyboardInterrupt):
+            with jq.take(max_jobs=2, timeout=5) as jobs:
+                assert sorted(j.id for j in jobs) == ["x", "y"]
+                next(j for j in jobs if j.id == "x").complete("done")
+                raise KeyboardInterrupt  # Ctrl-C while the jobs are held: not their failure
+        assert jq.get("x").state is JobState.COMPLETED and jq.get("x").result == "done"
+        y = jq.get("y")
+        assert y.state is JobState.QUEUED and y.attempts == 0 and y.errors == []  # one attempt allowed: not used
+        with jq.take(timeout=5) as jobs:
+            assert [(j.id, j.attempts) for j in jobs] == [("y", 1)]
+        assert jq.get("y").state is JobState.COMPLETED
+
+
+def test_a_take_sends_a_job_with_undecodable_params_to_the_dead_letters_and_returns_the_others(zk_client) -> None:
+    from zkqueue.formats.serializers import StrSerializer
+
+    with JobQueue(zk_client, PATH, serializer=StrSerializer()) as other:
+        assert other.add("not json {", "odd") == "odd"
+    with JobQueue(zk_client, PATH, retry=RetryPolicy(max_attempts=5)) as jq:
+        assert jq.add({"n": 1}, "fine") == "fine"
+        with jq.take(max_jobs=2, timeout=5) as jobs:
+            assert [j.id for j in jobs] == ["fine"]
+        odd = jq.get("odd")
+        assert odd.state is JobState.DEAD and odd.attempts == 1 and odd.params == b"not json {"
+        assert "UndecodableParamsError" in odd.last_error
+        assert jq.counts()["active"] == 0  # nothing left held

@@ -35,6 +35,7 @@ from zkqueue.errors import (  # JobDeadError: defined in zkqueue.errors, importa
     JobDeadError,
     JobNotFoundError,
     QueueClosedError,
+    UndecodableParamsError,
     WaitTimeoutError,
 )
 from zkqueue.formats import naming
@@ -159,7 +160,8 @@ class AsyncTakeScope:
     """``async with jq.take(max_jobs=10, timeout=5.0) as jobs:`` the scoped take, awaited: a clean exit completes
     every job (result None), an exception fails them all (retried or dead, each an attempt);
     ``job.complete(result)`` / ``job.fail(exc)`` decide one job. A cancellation (or another BaseException such as
-    KeyboardInterrupt) gives the undecided jobs back untouched, to run again at once; decided ones are committed."""
+    KeyboardInterrupt) gives the undecided jobs back with their attempt uncounted, to run again at once; decided ones
+    are committed. A claimed job whose params cannot be read ends in the dead letters at once and is not returned."""
 
     def __init__(self, jq: AsyncJobQueue, max_jobs: int, timeout: float | None) -> None:
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
@@ -176,8 +178,16 @@ class AsyncTakeScope:
         self._entered = True
         self._jq._check_open()
         outcomes = self._jq.sync.outcomes
+        unreadable: list[tuple[HeldJob, Completion]] = []
         for held in await claim_held(self._jq, self._max_jobs, self._timeout):
-            self._held.append((held, ClaimedJob.of(outcomes.job(held.record))))
+            try:
+                job = outcomes.job(held.record)
+            except UndecodableParamsError as exc:  # it cannot run: dead now, not handed to the caller
+                unreadable.append((held, outcomes.failure(Claimed(held.record, held.version), exc)))
+                continue
+            self._held.append((held, ClaimedJob.of(job)))
+        if unreadable:
+            await asyncio.shield(asyncio.ensure_future(end_held(self._jq, unreadable, [])))
         return [job for _h, job in self._held]
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -186,13 +196,14 @@ class AsyncTakeScope:
             return
         outcomes = self._jq.sync.outcomes
         ends: list[tuple[HeldJob, Completion]] = []
-        give_back: list[HeldJob] = []
         for h, job in held:
+            claimed = Claimed(h.record, h.version)
             if not job.decided and exc is not None and not isinstance(exc, Exception):
-                give_back.append(h)  # cancelled (or interrupted): not this job's failure
+                # cancelled (or interrupted): not this job's failure; given back, its attempt uncounted
+                ends.append((h, outcomes.unstarted(claimed)))
             else:
-                ends.append((h, scope_completion(job, Claimed(h.record, h.version), outcomes, exc)))
-        work = asyncio.ensure_future(end_held(self._jq, ends, give_back))
+                ends.append((h, scope_completion(job, claimed, outcomes, exc)))
+        work = asyncio.ensure_future(end_held(self._jq, ends, []))
         await asyncio.shield(work)  # a cancelled exit still ends every job (in the background)
 
 

@@ -16,7 +16,7 @@ from zkqueue.engine.completion import Outcome
 from zkqueue.engine.leases import LeaseKind, Leases, item_finish_ops
 from zkqueue.engine.queue import DistributedQueue
 from zkqueue.engine.seams import Completion
-from zkqueue.errors import QueueStateError
+from zkqueue.errors import QueueStateError, UndecodableParamsError
 from zkqueue.jobs import store
 from zkqueue.jobs.claims import Claimed, JobClaims
 from zkqueue.jobs.model import Job, Record
@@ -85,20 +85,33 @@ class TakeScope:
         if self._entered:
             raise QueueStateError("a take scope can be entered once")
         self._entered = True
+        unreadable: list[Outcome] = []
         for o in self._engine.claim_nodes(self._max_jobs, self._timeout):
             claimed = self._claims.take(o.held.path) if o.held is not None else None
             if claimed is None:  # cannot happen: the claim hook ran for every node it returned
                 log.error("claimed node %s has no claimed record; giving it back", o.name)
                 self._engine.release_nodes([o])
                 continue
-            self._held.append((o, claimed, ClaimedJob.of(self._outcomes.job(claimed.record))))
+            try:
+                job = self._outcomes.job(claimed.record)
+            except UndecodableParamsError as exc:  # it cannot run: dead now, not handed to the caller
+                o.completion = self._outcomes.failure(claimed, exc)
+                unreadable.append(o)
+                continue
+            self._held.append((o, claimed, ClaimedJob.of(job)))
+        if unreadable:
+            self._engine.complete_nodes(unreadable)
         return [job for _o, _c, job in self._held]
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if not self._held:
             return
+        interrupted = exc is not None and not isinstance(exc, Exception)  # Ctrl-C, SystemExit: not the jobs' fault
         for o, claimed, job in self._held:
-            o.completion = scope_completion(job, claimed, self._outcomes, exc)
+            if interrupted and not job.decided:
+                o.completion = self._outcomes.unstarted(claimed)  # given back, its attempt uncounted
+            else:
+                o.completion = scope_completion(job, claimed, self._outcomes, exc)
         outcomes = [o for o, _c, _j in self._held]
         self._held = []
         self._engine.complete_nodes(outcomes)
