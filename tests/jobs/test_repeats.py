@@ -451,3 +451,18 @@ def test_a_standby_whose_session_expired_keeps_the_lead_once_elected(zk_client_f
     finally:
         for jq in (a, b, c):
             jq.close()
+
+
+def test_the_scheduler_thread_ends_when_its_client_is_closed_under_an_open_queue(zk_client_factory) -> None:
+    """A client closed before its job queue (an app or a test that closes the connection first): the scheduler's
+    contention loop stops, instead of retrying every 15 s for as long as the process lives."""
+    client = zk_client_factory()
+    jq = JobQueue(client, PATH)
+    jq.start()
+    name = f"zkqueue-scheduler-{PATH}"
+    wait_for(lambda: [t for t in threading.enumerate() if t.name == name], timeout=10)
+    client.stop()
+    client.close()
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name == name], timeout=20,
+             message="the scheduler thread is still contending on a closed client")
+    jq.close(timeout=5)

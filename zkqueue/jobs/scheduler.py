@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionClosedError, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from zkqueue.jobs import repeats, store
@@ -119,6 +119,9 @@ class Scheduler:
             while not self._stop.is_set():
                 try:
                     self._retrying("contending for the scheduler", lambda: False)(self._contend)
+                except ConnectionClosedError:  # the client was closed for good: nothing to contend with any more
+                    log.info("the client of %s was closed: its scheduler stops", self._paths.root)
+                    return
                 except Exception:
                     if not self._stop.is_set():  # retried until stop: only a stop ends the retries
                         log.exception("the scheduler of %s failed; contending again", self._paths.root)
@@ -174,7 +177,8 @@ class Scheduler:
         return tenacity.Retrying(
             wait=tenacity.wait_exponential(multiplier=0.2, max=15.0) + tenacity.wait_random(0, 0.5),
             sleep=self._stop.wait,
-            retry=tenacity.retry_if_exception(lambda _exc: not self._stop.is_set() and not give_up()),
+            retry=tenacity.retry_if_exception(
+                lambda exc: not self._stop.is_set() and not give_up() and not isinstance(exc, ConnectionClosedError)),
             before_sleep=before_sleep,
             reraise=True,
         )
