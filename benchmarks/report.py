@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -372,8 +373,6 @@ def table_markdown(t: Table, head: list[str] | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m benchmarks.report FILE``: the jobs live table of a results file as markdown (the README's)."""
-    import sys  # noqa: PLC0415
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m benchmarks.report RESULTS.json", file=sys.stderr)

@@ -452,8 +452,9 @@ class Worker:
                             attempt.job.id)
         queue, held = attempt.source, attempt.held
         own = end if attempt.how != GIVEN_BACK else None  # the route commits this end itself
+        ran_for = time.monotonic() - attempt.started
         if attempt.how == RAN:
-            self._note_run(time.monotonic() - attempt.started)
+            self._note_run(ran_for)
         try:
             if attempt.how == GIVEN_BACK and not attempt.began:  # its handler never ran: uncounted again
                 completion = queue.outcomes.unstarted(held.claimed)
@@ -475,7 +476,6 @@ class Worker:
         except Exception:  # a bug of ours: give the job back rather than lose it
             log.exception("deciding the end of job %s failed; it is given back", attempt.job.id)
             completion = None
-        ran_for = time.monotonic() - attempt.started
         if own is not None and attempt.how == RAN:
             self._end_itself(attempt, own)
         with self._cond:
