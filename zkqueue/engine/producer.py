@@ -40,7 +40,13 @@ from zkqueue.engine.commit import (
 )
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.group_commit import GroupCommit
-from zkqueue.engine.put_markers import MarkedBatch, MarkerLane, check_producer_id, new_producer_id, retry_unsent
+from zkqueue.engine.put_markers import (
+    MarkedBatch,
+    MarkerLane,
+    check_producer_id,
+    new_producer_id,
+    read_retrying,
+)
 from zkqueue.errors import (
     ConfigurationError,
     ItemTooLargeError,
@@ -350,8 +356,10 @@ class Producer:
                 self._parents_known.pop(path, None)
 
     def read_retrying(self, call: Callable[[], Any], what: str) -> Any:
-        """``call()`` (a read before a put), waiting out a lost connection for up to the put outcome wait."""
-        return retry_unsent(call, self._ctx.connection, self._settle_wait, what)
+        """``call()`` (a read: before a put, or a look at the queue), waiting out a lost connection for up to the put
+        outcome wait; then :class:`~zkqueue.errors.ConnectionLostError` (see :func:`put_markers.read_retrying
+        <zkqueue.engine.put_markers.read_retrying>`)."""
+        return read_retrying(call, self._ctx.connection, self._settle_wait, what)
 
     def commit_groups(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:
         """Commit each group of ops atomically, many per multi, exactly once: each multi leads with the

@@ -25,10 +25,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KeeperState
 
 from zkqueue.engine.commit import CONNECTION_ERRORS
-from zkqueue.errors import ConfigurationError, PutOutcomeUnknown
+from zkqueue.errors import ConfigurationError, ConnectionLostError, PutOutcomeUnknown
 from zkqueue.formats import naming
 from zkqueue.transport import protocol
 from zkqueue.transport.multi import MultiResult
@@ -203,6 +204,63 @@ def retry_unsent(call: Callable[[], Any], connection: Any, wait: float, what: st
                 raise
             log.info("%s: %r; again once ZooKeeper is back", what, exc)
             time.sleep(0.05)  # the connection may drop again at once while the ensemble settles
+
+
+#: Seconds a read waits out a lost connection where no queue sets it (a queue's ``put_outcome_wait`` default).
+DEFAULT_READ_WAIT = 60.0
+
+
+def read_retrying(call: Callable[[], Any], connection: Any, wait: float, what: str) -> Any:
+    """``call()``, a read, once connected, and again after a connection error (a leader election, a reconnect, a
+    new session), for up to ``wait`` seconds in all: the one way zkqueue's reads wait out a failover. Then raises
+    :class:`~zkqueue.errors.ConnectionLostError` naming ``what``, chained from the last kazoo error; a closed client
+    raises kazoo's ConnectionClosedError at once. ``connection`` is a queue's
+    :class:`~zkqueue.engine.context.ConnectionWatch`, or :class:`ClientConnection` for a bare client."""
+    started = time.monotonic()
+    deadline = started + wait
+    last: BaseException | None = None
+    while True:
+        if not connection.connected.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not connection.wait(remaining):
+                raise ConnectionLostError(what, time.monotonic() - started, last) from last
+        try:
+            return call()
+        except ConnectionClosedError:
+            raise  # the client was stopped: nothing to wait for
+        except CONNECTION_ERRORS as exc:
+            last = exc
+            if time.monotonic() >= deadline:
+                raise ConnectionLostError(what, time.monotonic() - started, exc) from exc
+            log.info("%s: %r; again once ZooKeeper is back", what, exc)
+            time.sleep(0.05)  # the connection may drop again at once while the ensemble settles
+
+
+class _ClientConnected:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def is_set(self) -> bool:
+        # a closed client counts: a request on it fails at once (ConnectionClosedError), it never sits in a queue
+        return bool(self._client.connected) or self._client.client_state == KeeperState.CLOSED
+
+
+class ClientConnection:
+    """A bare kazoo client's connection as :func:`read_retrying` waits on it (polled; no listener to remove), for
+    readers without a queue's :class:`~zkqueue.engine.context.ConnectionWatch` (flows, queues not started)."""
+
+    def __init__(self, client: Any) -> None:
+        self.connected = _ClientConnected(client)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until connected (True) or ``timeout`` seconds passed (False)."""
+        deadline = time.monotonic() + timeout
+        while not self.connected.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(0.05, left))
+        return True
 
 
 class _Raised:

@@ -13,6 +13,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 from kazoo.recipe.watchers import DataWatch
 
 from zkqueue.engine.commit import CONNECTION_ERRORS
+from zkqueue.engine.put_markers import DEFAULT_READ_WAIT, ClientConnection, read_retrying
 from zkqueue.errors import (
     ConfigurationError,
     CorruptItemError,
@@ -298,9 +299,21 @@ class Flow:
         return self.handoff.counts.snapshot(self.definition.steps)
 
     # ------------------------------------------------------------------------------------------ looking
+    #: Seconds a look (:meth:`get`, :meth:`wait`, :meth:`jobs`, :meth:`counts`) waits out a lost connection (a
+    #: leader election) before it raises :class:`~zkqueue.errors.ConnectionLostError`; the default is a queue's
+    #: ``put_outcome_wait``. Set it on the instance to change it.
+    read_wait: float = DEFAULT_READ_WAIT
+
+    def _look(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()``, a read, waiting out a lost connection for up to :attr:`read_wait` seconds (the engine's
+        :func:`~zkqueue.engine.put_markers.read_retrying`, on the flow's client)."""
+        return read_retrying(call, ClientConnection(self.client), self.read_wait, what)
+
     def get(self, job_id: str) -> FlowJob | None:
-        """The flow job ``job_id`` (running or finished), or None if unknown."""
-        read = store.read(self.client, self.paths, job_id)
+        """The flow job ``job_id`` (running or finished), or None if unknown. A lost connection (a leader election)
+        is waited out for up to :attr:`read_wait` seconds, then :class:`~zkqueue.errors.ConnectionLostError`."""
+        read = self._look(lambda: store.read(self.client, self.paths, job_id),
+                          f"reading flow job {job_id} of {self.paths.root}")
         return FlowJob.of(read[0]) if read is not None else None
 
     def wait(self, job_id: str, timeout: float | None = None) -> FlowJob:
@@ -335,7 +348,10 @@ class Flow:
 
     def jobs(self) -> list[FlowJob]:
         """Every flow job kept (running and finished), the most recently updated first; unreadable records are
-        skipped (logged, counted in ``unreadable``)."""
+        skipped (logged, counted in ``unreadable``). A lost connection is waited out (see :meth:`get`)."""
+        return self._look(self._jobs, f"listing the flow jobs of {self.paths.root}")  # type: ignore[no-any-return]
+
+    def _jobs(self) -> list[FlowJob]:
         children = self.client.get_children(self.paths.flows)
         reads = protocol.multi_read(self.client, [naming.join(self.paths.flows, n) for n in children])
         recs = []
@@ -353,9 +369,12 @@ class Flow:
 
     def counts(self) -> dict[str, Any]:
         """Flow jobs by state (running, completed, failed; every record is read; ``unreadable`` ones) and, per step,
-        its job queue's counts (queued, active, retrying)."""
+        its job queue's counts (queued, active, retrying). A lost connection is waited out (see :meth:`get`)."""
+        return self._look(self._counts, f"counting the flow jobs of {self.paths.root}")  # type: ignore[no-any-return]
+
+    def _counts(self) -> dict[str, Any]:
         out: dict[str, Any] = {"running": 0, "completed": 0, "failed": 0}
-        for job in self.jobs():
+        for job in self._jobs():
             out[job.state.value.lower()] += 1
         out["unreadable"] = self.unreadable
         step_names = list(self.definition.steps) or sorted(self.client.get_children(self.paths.steps))

@@ -13,7 +13,7 @@ import click
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from zkqueue.engine.commit import CONNECTION_ERRORS
-from zkqueue.errors import QueuePermissionError, ZkQueueError
+from zkqueue.errors import ConnectionLostError, QueuePermissionError, ZkQueueError
 from zkqueue.ops.connect import NoServer, client_for
 
 log = logging.getLogger("zkqueue.ops.flows_cli")
@@ -40,7 +40,7 @@ def _flow(connect: str, auth: str | None, acl: str | None, path: str) -> Iterato
             flow.close()
     except (QueuePermissionError, NoAuthError) as exc:
         raise NotAllowed(f"not allowed to read {path}: check --auth and the ACLs") from exc
-    except CONNECTION_ERRORS as exc:
+    except (*CONNECTION_ERRORS, ConnectionLostError) as exc:
         raise NoServer(f"lost the connection to ZooKeeper ({type(exc).__name__})") from exc
     except NoNodeError as exc:
         raise click.ClickException(f"no flow at {path} (no such node: {exc})") from exc

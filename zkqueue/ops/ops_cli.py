@@ -17,7 +17,7 @@ import click
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from zkqueue.engine.log_limits import CONNECTION_ERRORS
-from zkqueue.errors import QueuePermissionError, ZkQueueError
+from zkqueue.errors import ConnectionLostError, QueuePermissionError, ZkQueueError
 from zkqueue.ops.connect import NoServer, client_for
 
 log = logging.getLogger("zkqueue.ops.ops_cli")
@@ -68,7 +68,7 @@ def zk_session(connect: str, auth: str | None, acl: str | None = None, give_up: 
         yield client
     except (QueuePermissionError, NoAuthError) as exc:
         raise NotAllowed(str(exc) or "not allowed: check --auth and the ACLs") from exc
-    except CONNECTION_ERRORS as exc:
+    except (*CONNECTION_ERRORS, ConnectionLostError) as exc:
         raise NoServer(f"lost the connection to ZooKeeper at {connect} ({type(exc).__name__}): is the server "
                        "up?") from exc
     except NoNodeError as exc:
