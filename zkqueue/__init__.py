@@ -69,6 +69,7 @@ _EXPORTS = {
     "ConfigurationError": "zkqueue.errors",
     "JobFailedError": "zkqueue.errors",
     "JobDeadError": "zkqueue.errors",
+    "JobCancelledError": "zkqueue.errors",
     "JobNotFoundError": "zkqueue.errors",
     "JobTimeoutError": "zkqueue.errors",
     "WaitTimeoutError": "zkqueue.errors",
@@ -79,6 +80,7 @@ _EXPORTS = {
     "UndecodableParamsError": "zkqueue.errors",
     "DuplicateTaskError": "zkqueue.errors",
     "ConnectFailedError": "zkqueue.errors",
+    "ConnectionLostError": "zkqueue.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -104,7 +106,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.errors import (
         ConfigurationError,
         ConnectFailedError,
+        ConnectionLostError,
         DuplicateTaskError,
+        JobCancelledError,
         JobDeadError,
         JobFailedError,
         JobNotFoundError,

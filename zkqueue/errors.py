@@ -176,6 +176,17 @@ class JobDeadError(JobFailedError):
     :class:`JobFailedError`, so either name catches it."""
 
 
+class JobCancelledError(JobFailedError):
+    """The job was cancelled (:meth:`JobQueue.cancel <zkqueue.jobs.JobQueue.cancel>`) before it ran or while it
+    ran: what ``wait_result`` and ``JobHandle.result`` raise for it. A :class:`JobFailedError`, so that name catches
+    it too."""
+
+    def __init__(self, job: Any) -> None:
+        ZkQueueError.__init__(self, f"job {job.id} was cancelled after {job.attempts} attempt(s)")
+        self.job = job
+        self.last_error = job.last_error
+
+
 class NonRetryableError(ZkQueueError):
     """Base of the errors that never retry a job, whatever its :class:`~zkqueue.jobs.RetryPolicy` says: the
     attempt that raises one sends the job to the dead letters (:meth:`RetryPolicy.retries
@@ -228,6 +239,30 @@ class DuplicateTaskError(ConfigurationError):
 class ConnectFailedError(ZkQueueError, ConnectionError):
     """No ZooKeeper session could be made for the connect string within the connect timeout (``zkqueue.App``
     connects on first use)."""
+
+
+class ConnectionLostError(ZkQueueError, ConnectionError):
+    """A read (``JobQueue.get``/``counts``, ``Flow.get``/``jobs``/``counts``, ...) found no connection to ZooKeeper
+    and waited it out for its bounded time (a queue's ``put_outcome_wait``, a flow's ``read_wait``), and ZooKeeper
+    was still not reachable: not a failover that ended in time but an outage. Nothing was written. ``what`` names the
+    read, ``waited`` the seconds it waited, ``cause`` the last kazoo error (also ``__cause__``; None when no request
+    was sent because the client never reconnected). A ``ConnectionError``, and not a kazoo error: the retry loops
+    that catch kazoo's ``ConnectionLoss`` do not swallow it."""
+
+    def __init__(self, what: str, waited: float, cause: BaseException | str | None = None) -> None:
+        if cause is None:
+            because = "the client did not reconnect"
+        else:
+            because = f"last error: {cause if isinstance(cause, str) else repr(cause)}"
+        super().__init__(f"{what}: no connection to ZooKeeper; waited {waited:.1f} s for it to come back, in vain "
+                         f"({because})")
+        self.what = what
+        self.waited = waited
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        cause = self.cause if self.cause is None or isinstance(self.cause, str) else repr(self.cause)
+        return (type(self), (self.what, self.waited, cause))
 
 
 class WorkerLostError(ZkQueueError):

@@ -88,7 +88,8 @@ def test_a_poison_job_is_dead_after_max_attempts_with_backoff_between(zk_client)
         (dead,) = jq.dead_letters()
         assert dead.id == "poison" and dead.attempts == 4 and dead.state is JobState.DEAD
         assert [e.attempt for e in dead.errors] == [1, 2, 3, 4] and "bad input 7" in dead.last_error
-        assert jq.counts() == {"queued": 0, "active": 0, "retrying": 0, "scheduled": 0, "dead": 1, "completed": 0}
+        assert jq.counts() == {"queued": 0, "active": 0, "retrying": 0, "scheduled": 0, "dead": 1, "completed": 0,
+                                "cancelled": 0}
 
 
 def test_give_up_on_sends_to_the_dead_letters_at_once(zk_client) -> None:
@@ -174,7 +175,8 @@ def test_redrive_and_purge(zk_client) -> None:
         assert len(jq.get("d1").errors) == 1  # the history stays
         assert jq.purge_dead(["d2"]) == 1 and jq.get("d2") is None
         assert jq.retry_dead() == 1  # d3
-        assert jq.counts() == {"queued": 2, "active": 0, "retrying": 0, "scheduled": 0, "dead": 0, "completed": 0}
+        assert jq.counts() == {"queued": 2, "active": 0, "retrying": 0, "scheduled": 0, "dead": 0, "completed": 0,
+                                "cancelled": 0}
         with jq.take(max_jobs=5, timeout=5) as jobs:
             assert sorted(j.id for j in jobs) == ["d1", "d3"]
         assert jq.purge_dead() == 0

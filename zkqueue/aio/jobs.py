@@ -10,8 +10,9 @@ queues on one path work together. How each call reaches ZooKeeper without blocki
   producer's marker) has no async form, so it runs in the queue's ONE small thread pool (``executor_threads``,
   default 4), and concurrent ``add`` calls are coalesced on the loop into ``add_all`` batches (up to
   ``add_batch`` jobs): ten thousand adds are tens of round trips, not ten thousand threads or calls.
-- ``take``, ``work`` (claims wait for due jobs; completions are fenced multis), ``counts``, ``dead_letters``,
-  ``completed``, ``retry_dead``, ``purge_dead``, ``reap``, ``start`` and ``close``: the sync call in that pool.
+- ``take``, ``work`` (claims wait for due jobs; completions are fenced multis), ``counts``, ``queued``,
+  ``in_progress``, ``dead_letters``, ``completed``, ``retry_dead``, ``purge_dead``, ``reap``, ``start`` and
+  ``close``: the sync call in that pool.
 """
 
 from __future__ import annotations
@@ -382,6 +383,14 @@ class AsyncJobQueue(Opened):
     async def counts(self) -> dict[str, int]:
         """:meth:`JobQueue.counts` (in the thread pool)."""
         return await self.offloader.run(self.sync.counts)
+
+    async def queued(self, limit: int = 100) -> list[Job]:
+        """:meth:`JobQueue.queued` (in the thread pool): the jobs waiting to run, in run order."""
+        return await self.offloader.run(self.sync.queued, limit)
+
+    async def in_progress(self) -> list[Job]:
+        """:meth:`JobQueue.in_progress` (in the thread pool): the jobs held by workers now."""
+        return await self.offloader.run(self.sync.in_progress)
 
     def stats(self) -> dict[str, int]:
         """:meth:`JobQueue.stats` (counters in memory: no I/O)."""

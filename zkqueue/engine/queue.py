@@ -67,7 +67,7 @@ from zkqueue.errors import (
     QueueNotStartedError,
     QueueStateError,
 )
-from zkqueue.formats import naming
+from zkqueue.formats import buckets, naming
 from zkqueue.formats.buckets import Layout
 from zkqueue.listeners import Dispatcher, ListenerContainer, QueuePutListener
 from zkqueue.transport import protocol
@@ -544,6 +544,15 @@ class DistributedQueue(Generic[T]):
             return Placement(naming.join(self._queue_path, name_prefix), ())
         return self._parking.place(name_prefix, due_ms)
 
+    def item_parents(self, due_ms: int) -> list[str]:
+        """Where an item due at ``due_ms`` may be, in the order to look: its time bucket (when parking is on and
+        the due time is ahead; the mover may have moved it on) and the queue node. No I/O. The seam for layers that
+        find one item of theirs (a job's cancel)."""
+        if self._parking is None or due_ms <= 0:
+            return [self._queue_path]
+        bucket = buckets.bucket_of(self._parking.root, due_ms, self._parking.layout)
+        return [bucket.minute_path, self._queue_path]
+
     def place_due(self, name_prefix: str, due_ms: int, *, fresh: bool = False) -> str:
         """:meth:`placement`'s prefix, with the bucket's nodes created first when parked (sent without waiting:
         a multi sent after this on the same client sees them; ``fresh`` sends them even if known). The seam for
@@ -650,9 +659,10 @@ class DistributedQueue(Generic[T]):
         return commit_groups(self._ctx, groups)
 
     def read_retrying(self, call: Callable[[], Any], what: str = "a read") -> Any:
-        """``call()``, a read that prepares a put (e.g. of the records a job add replaces), run again once
-        connected after a lost connection, for up to ``put_outcome_wait`` seconds: the seam that lets layers above
-        keep their puts from raising through a failover."""
+        """``call()``, a read that prepares a put (e.g. of the records a job add replaces) or looks at the queue
+        (``JobQueue.get``/``counts``), run again once connected after a lost connection, for up to
+        ``put_outcome_wait`` seconds: the seam that lets layers above ride out a failover. Past the wait it raises
+        :class:`~zkqueue.errors.ConnectionLostError` (chained from kazoo's last error; not a kazoo error)."""
         self._check_started()
         return self.producer.read_retrying(call, what)
 

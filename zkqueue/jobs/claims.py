@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
 from zkqueue.errors import CorruptItemError
 from zkqueue.jobs import names, store
+from zkqueue.jobs.control import QueueControl
 from zkqueue.jobs.model import JobState, Record
 from zkqueue.jobs.rate import RateLimiter
 from zkqueue.jobs.retry import RetryPolicy
@@ -55,8 +57,12 @@ class JobClaims(ClaimHook):
     share the limiter's slices."""
 
     def __init__(self, client: Any, paths: store.Paths, retry: RetryPolicy, acl: Any,
-                 on_exhausted: OnExhausted | None = None, rate: RateLimiter | None = None) -> None:
+                 on_exhausted: OnExhausted | None = None, rate: RateLimiter | None = None,
+                 control: QueueControl | None = None) -> None:
         self._client = client
+        #: The queue's pause state: a paused queue is not claimed from, and a claim that counts an attempt checks
+        #: that it was not paused meanwhile (see :mod:`zkqueue.jobs.control`).
+        self.control = control
         self.rate = rate
         self._on_exhausted = on_exhausted
         self._paths = paths
@@ -134,10 +140,22 @@ class JobClaims(ClaimHook):
             with self._lock:
                 self._claimed[node.path] = Claimed(record, version, counted=False)
             return ()
+        fence = self.control.fence_ops() if self.control is not None else []
+        if fence is None:  # paused since the claim began: nothing starts
+            return Completion.release()
         active, ops = store.claim_ops(self._paths, record, version)
         with self._lock:
             self._claimed[node.path] = Claimed(active, version + 1)
-        return ops
+        return [*fence, *ops]
+
+    def wait_running(self, timeout: float | None) -> tuple[bool, float | None]:
+        """Before a claim: wait while the queue is paused, up to ``timeout`` seconds; whether it runs now, and what
+        is left of ``timeout``."""
+        if self.control is None or not self.control.paused:
+            return True, timeout
+        began = time.monotonic()
+        running = self.control.wait_running(timeout)
+        return running, None if timeout is None else max(0.0, timeout - (time.monotonic() - began))
 
     def max_attempts(self, record: Record) -> int:
         """The attempts ``record`` may use: its own limit (a task's retry policy), else the queue's."""

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from zkqueue.errors import ConfigurationError, CorruptItemError
+from zkqueue.errors import ConfigurationError, CorruptItemError, QueueStateError
 from zkqueue.formats import framing
 
 #: Errors kept in a record (the latest ones); each traceback is cut to this many characters.
@@ -26,10 +26,11 @@ class JobState(enum.Enum):
     RETRYING = "RETRYING"  # failed, waiting for its next attempt
     COMPLETED = "COMPLETED"
     DEAD = "DEAD"  # out of attempts, or a non-retryable error: in the dead letters
+    CANCELLED = "CANCELLED"  # cancelled by JobQueue.cancel: before it ran, or while it ran (a cancel request)
 
     @property
     def finished(self) -> bool:
-        return self in (JobState.COMPLETED, JobState.DEAD)
+        return self in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -60,6 +61,36 @@ def check_max_attempts(max_attempts: int | None) -> int | None:
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ConfigurationError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
     return max_attempts
+
+
+#: The most bytes of a job's ``headers`` and of one progress value, as JSON.
+MAX_HEADERS_BYTES = 4096
+MAX_PROGRESS_BYTES = 4096
+
+
+def _json_bytes(value: Any, what: str, limit: int) -> bytes:
+    try:
+        data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{what} must be JSON (dicts, lists, str, numbers, bools, None): {exc}") from exc
+    if len(data) > limit:
+        raise ConfigurationError(f"{what} is {len(data)} bytes as JSON; at most {limit} are allowed")
+    return data
+
+
+def check_headers(headers: Any) -> dict[str, Any] | None:
+    """A job's ``headers``: None, or a dict with str keys that is JSON of at most :data:`MAX_HEADERS_BYTES`
+    (returned as a copy, so later changes of the caller's dict do not reach the job)."""
+    if headers is None:
+        return None
+    if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
+        raise ConfigurationError(f"headers must be a dict with str keys, got {headers!r}")
+    return json.loads(_json_bytes(headers, "headers", MAX_HEADERS_BYTES))  # type: ignore[no-any-return]
+
+
+def check_progress(value: Any) -> Any:
+    """A progress value: JSON of at most :data:`MAX_PROGRESS_BYTES` (returned as its JSON round trip)."""
+    return json.loads(_json_bytes(value, "a progress value", MAX_PROGRESS_BYTES))
 
 
 def now_ms() -> int:
@@ -98,6 +129,10 @@ class Record:
     #: The most attempts of this job (its task's :class:`~zkqueue.jobs.RetryPolicy`), instead of the queue's
     #: policy; None: the queue's. ``task`` and ``max_attempts`` are stored only when set, like ``timeout``.
     max_attempts: int | None = None
+    #: Metadata that travels with the job (``add(..., headers=)``: JSON, e.g. a W3C trace context); None: none.
+    headers: dict[str, Any] | None = None
+    #: The last progress value its handler reported (``job.report_progress``), None until then.
+    progress: Any = None
 
     def encode(self) -> bytes:
         head = {
@@ -117,6 +152,10 @@ class Record:
             head["task"] = self.task
         if self.max_attempts is not None:
             head["max_attempts"] = self.max_attempts
+        if self.headers is not None:
+            head["headers"] = self.headers
+        if self.progress is not None:
+            head["progress"] = self.progress
         return framing.encode_items([json.dumps(head, separators=(",", ":")).encode(), self.params,
                                      self.result or b""])
 
@@ -139,6 +178,8 @@ class Record:
                 timeout=float(head["timeout"]) if head.get("timeout") is not None else None,
                 task=str(head["task"]) if head.get("task") is not None else None,
                 max_attempts=int(head["max_attempts"]) if head.get("max_attempts") is not None else None,
+                headers=dict(head["headers"]) if head.get("headers") is not None else None,
+                progress=head.get("progress"),
             )
         except CorruptItemError:
             raise
@@ -177,7 +218,38 @@ class Job:
     max_attempts: int | None = None
     #: The path of the job queue that holds the job.
     queue_path: str | None = None
+    #: The metadata it was added with (``add(..., headers=)``; OpenTelemetry keeps its trace context here): a dict,
+    #: empty when it has none.
+    headers: dict[str, Any] = field(default_factory=dict)
+    #: The last progress value its handler reported (:meth:`report_progress`), None until one was.
+    progress: Any = None
+    #: The run this job is part of, while a worker runs it (see :mod:`zkqueue.jobs.running`); None otherwise.
+    _running: Any = field(default=None, repr=False, compare=False)
 
     @property
     def last_error(self) -> str | None:
         return self.errors[-1].error if self.errors else None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once :meth:`JobQueue.cancel <zkqueue.jobs.JobQueue.cancel>` asked for this running job to stop: a
+        sync handler should return or raise soon (the attempt then ends CANCELLED, whatever it returns); an async
+        handler is cancelled. Always False outside a worker's thread or async handler (e.g. in a process pool's
+        child, which cannot see it)."""
+        return self._running is not None and self._running.cancel_requested
+
+    def report_progress(self, value: Any) -> None:
+        """Record ``value`` (JSON, at most 4 KiB: a percentage, ``{"done": 10, "of": 80}``) as this job's progress,
+        seen by ``get()``, ``JobHandle.progress``, the CLI and the dashboard. Call it as often as you like: it is
+        written, fenced by the job's lease, at most a few times a second, and the last value always lands with
+        the attempt's end. Only from a handler run by a worker on threads or an event loop (``jq.work``, ``zkqueue
+        worker``, ``zkqueue.aio``); elsewhere :class:`~zkqueue.errors.QueueStateError`."""
+        if self._running is None:
+            raise QueueStateError(f"job {self.id}: report_progress() works in a handler run by a worker (threads "
+                                  f"or an event loop), not here (a take scope, a process pool's child, a copy)")
+        self._running.report(value)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_running"] = None  # a copy (a process pool's child) does not share the run
+        return state

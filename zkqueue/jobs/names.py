@@ -1,10 +1,16 @@
 """Node names of a job queue. Pure, no I/O.
 
-Queue items are ``queue-|<due ms, 11 hex>|<priority>|<kind>|<escaped id>|<seq>``: the engine consumes ``queue-``
-children; the due time and priority order them (a job is never handed out before its due time); the kind is ``n``
-for a job's first run and ``r`` for a retry (so counts need no record reads); the id lets the claim find the
-record without reading the item. Records are ``<job queue>/records/<escaped id>`` while a job is unfinished and
-move to ``completed/`` or ``dead/`` when it ends.
+Queue items are ``queue-|<ms, 11 hex>|<priority>|<kind>|<escaped id>|<seq>``: the engine consumes ``queue-``
+children; the id lets the claim find the record without reading the item. The kind is ``i`` for a first run due
+at once, ``n`` for a delayed first run and ``r`` for a retry (so counts need no record reads). The ms field is the
+time the job became (or becomes) runnable: the due time of kinds ``n`` and ``r`` (a job is never handed out
+before it), the time an ``i`` job was queued (it is due at once on every host, whatever the clocks: its ms only
+orders it). Among due jobs the order is priority (lower first), then that runnable time, then the sequence
+(:func:`sort_key`); jobs not due yet are skipped by the claims, wherever they sort. Names written before kind
+``i`` existed (ms 0, kind ``n``) are due at once and come first among their priority.
+
+Records are ``<job queue>/records/<escaped id>`` while a job is unfinished and move to ``completed/`` or ``dead/``
+when it ends.
 """
 
 from __future__ import annotations
@@ -14,7 +20,12 @@ from typing import NamedTuple
 from zkqueue.errors import ConfigurationError
 from zkqueue.formats import naming
 
+#: A first run (the kind :func:`zkqueue.jobs.store.item_name` is given): named ``n`` when delayed; a first run due
+#: at once (its record's ``due_ms`` is 0) is named :data:`IMMEDIATE` instead.
 NEW = "n"
+#: A first run due at once: its ms field is the time it was queued, not a due time.
+IMMEDIATE = "i"
+#: A retry, due at its ms field.
 RETRY = "r"
 
 
@@ -35,7 +46,8 @@ def job_id_of(node: str) -> str:
 
 
 def item_name_prefix(job_id: str, *, due_ms: int, priority: int, kind: str) -> str:
-    """The name of a job's queue item without its sequence (the same in the queue and, parked, in a bucket)."""
+    """The name of a job's queue item without its sequence (the same in the queue and, parked, in a bucket).
+    ``due_ms`` is the name's ms field: the due time, or for kind :data:`IMMEDIATE` the time it was queued."""
     return f"{naming.ITEM_PREFIX}|{max(0, due_ms):011X}|{naming.encode_priority(priority)}|{kind}|{node_id(job_id)}|"
 
 
@@ -45,11 +57,18 @@ def item_prefix(queue_path: str, job_id: str, *, due_ms: int, priority: int, kin
 
 
 class ItemName(NamedTuple):
-    due_ms: int
+    #: The ms field: when the job became (or becomes) runnable (see the module docs).
+    runnable_ms: int
     priority: str
     kind: str
     job_id: str
     seq: int
+
+    @property
+    def due_ms(self) -> int:
+        """The instant (epoch ms) before which the item is not handed out: 0 (due at once) for kind
+        :data:`IMMEDIATE`, else its ms field."""
+        return 0 if self.kind == IMMEDIATE else self.runnable_ms
 
 
 def parse_item(name: str) -> ItemName | None:
@@ -63,9 +82,11 @@ def parse_item(name: str) -> ItemName | None:
         return None
 
 
-def sort_key(name: str) -> tuple[int, str, int, str]:
-    """Due time, then priority (lower first), then put order; names of other shapes last, by name."""
+def sort_key(name: str) -> tuple[int, str, int, int, str]:
+    """Priority (lower first), then the time the job became runnable, then put order; names of other shapes last,
+    by name. Jobs not due yet sort among the due ones: the pull claims skip them (see
+    :class:`~zkqueue.engine.ordering.KeptOrder`)."""
     item = parse_item(name)
     if item is None:
-        return (2**63, "", 0, name)
-    return (item.due_ms, item.priority, item.seq, "")
+        return (1, "", 0, 0, name)
+    return (0, item.priority, item.runnable_ms, item.seq, "")

@@ -96,6 +96,15 @@ class JobOutcomes:
         self.count("dead_lettered")
         return store.finish(self._paths, record, claimed.version, JobState.DEAD, self._acl, errors=errors)
 
+    def cancelled(self, claimed: Claimed) -> Completion:
+        """The completion of a running job whose cancel was requested and whose handler has ended (whatever it
+        returned or raised): CANCELLED, its cancel request deleted in the same multi."""
+        self.count("cancelled")
+        log.info("job %s of %s was cancelled while it ran (attempt %d)", claimed.record.id, self._paths.root,
+                 claimed.record.attempts)
+        return store.finish(self._paths, claimed.record, claimed.version, JobState.CANCELLED, self._acl,
+                            cancel_request=True)
+
     def unstarted(self, claimed: Claimed) -> Completion:
         """A claimed job given back before its handler started: released, its attempt not counted."""
         self.count("returned")
@@ -137,4 +146,6 @@ class JobOutcomes:
             task=record.task,
             max_attempts=record.max_attempts,
             queue_path=self._paths.root,
+            headers=dict(record.headers) if record.headers else {},
+            progress=record.progress,
         )

@@ -3,20 +3,23 @@ scoped takes and workers, on the queue engine's seams (see :mod:`zkqueue.jobs`).
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import uuid
 from concurrent.futures import Executor
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
+from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, NotEmptyError
 
 from zkqueue.engine.queue import DistributedQueue
 from zkqueue.errors import (
     ConfigurationError,
     CorruptItemError,
+    JobCancelledError,
     JobDeadError,
     QueueClosedError,
     QueueNotStartedError,
@@ -28,7 +31,17 @@ from zkqueue.formats import naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
 from zkqueue.jobs import names, store
 from zkqueue.jobs.claims import JobClaims, OnExhausted
-from zkqueue.jobs.model import Job, JobState, Record, check_max_attempts, check_task, check_timeout, now_ms
+from zkqueue.jobs.control import CancelListener, QueueControl, paused_data
+from zkqueue.jobs.model import (
+    Job,
+    JobState,
+    Record,
+    check_headers,
+    check_max_attempts,
+    check_task,
+    check_timeout,
+    now_ms,
+)
 from zkqueue.jobs.waiting import wait_finished
 from zkqueue.jobs.outcomes import JobOutcomes
 from zkqueue.jobs.rate import RateLimit, limiter_for
@@ -37,7 +50,15 @@ from zkqueue.jobs import repeats as repeat_store
 from zkqueue.jobs.repeats import Repeat, Schedule
 from zkqueue.jobs.scheduler import Scheduler
 from zkqueue.jobs.retry import RetryPolicy
-from zkqueue.jobs.scope import HeldJob, TakeScope, claim_held, give_back_unstarted, start_many
+from zkqueue.jobs.scope import (
+    HeldJob,
+    TakeScope,
+    claim_held,
+    give_back_unstarted,
+    release_many,
+    start_many,
+    write_held,
+)
 from zkqueue.transport import protocol
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,6 +68,8 @@ log = logging.getLogger("zkqueue.jobs.queue")
 
 #: Seconds close() and every worker's stop() give running jobs before they are given back (a cold stop).
 DEFAULT_STOP_TIMEOUT = 30.0
+#: Reads and multis a cancel tries before it gives up on a job that keeps changing under it.
+_CANCEL_TRIES = 8
 
 
 class JobQueue:
@@ -92,8 +115,10 @@ class JobQueue:
         self._keep_dead = keep_dead or Keep(count=10_000, age=None)
         self._reap_interval = float(reap_interval)
         self._batch_size = batch_size
+        self._control = QueueControl(client, self.paths.control, self.paths.cancels)
         self._claims = JobClaims(client, self.paths, self.retry, self._acl, on_exhausted,
-                                 limiter_for(client, self.paths.root, rate_limit, self._acl))
+                                 limiter_for(client, self.paths.root, rate_limit, self._acl),
+                                 control=self._control)
         self._park_after = park_after
         self._schedule_layout = schedule_layout
         self._outcomes = JobOutcomes(self.paths, self._serializer, self.retry, self._acl,
@@ -142,8 +167,10 @@ class JobQueue:
     def start(self) -> None:
         for path in self.paths.all():
             self._client.ensure_path(path, acl=self._acl)
+        self._control.start()
         self._engine.start()
         self._reaper = Reaper(self._client, [(self.paths.completed, self._keep_completed),
+                                             (self.paths.cancelled, self._keep_completed),
                                              (self.paths.dead, self._keep_dead)],
                               self._reap_interval, f"zkqueue-reaper-{self.paths.root}")
         self._reaper.start()
@@ -162,6 +189,7 @@ class JobQueue:
             worker.stop(timeout)
         if self._reaper is not None:
             self._reaper.stop()
+        self._control.close()
         self._engine.close()
 
     def __enter__(self) -> JobQueue:
@@ -180,7 +208,8 @@ class JobQueue:
     # ------------------------------------------------------------------------------------------ adding
     def add(self, params: Any, job_id: str | None = None, *, delay: float | None = None,
             run_at: datetime | None = None, priority: int = 0, timeout: float | None = None,
-            task: str | None = None, max_attempts: int | None = None) -> str | None:
+            task: str | None = None, max_attempts: int | None = None,
+            headers: dict[str, Any] | None = None) -> str | None:
         """Queue a job; return its id, or None if a job with that id is queued, active or retrying (that job is
         left as it is). ``delay``: seconds before it may run, or ``run_at``: a timezone-aware datetime before which
         it does not run (a job due more than ``park_after`` seconds ahead is parked in time buckets until shortly
@@ -188,25 +217,29 @@ class JobQueue:
         seconds one attempt may run, stored in the record; the asyncio workers (:mod:`zkqueue.aio`) cancel a handler
         past it (a failed attempt); the thread workers of :meth:`work` do not enforce it yet. ``task``: the name
         of the task that runs the job, kept in its record (``Job.task``; see :class:`zkqueue.App`);
-        ``max_attempts``: the job's own most attempts (its task's retry policy), instead of the queue's."""
+        ``max_attempts``: the job's own most attempts (its task's retry policy), instead of the queue's.
+        ``headers``: metadata that travels with the job (``Job.headers``, through retries and flow hand-offs): a
+        dict of JSON, at most 4 KiB (``zkqueue.otel`` puts the trace context there)."""
         job_id = uuid.uuid4().hex if job_id is None else job_id
         rejected = self._add([(job_id, params)], delay=delay, run_at=run_at, priority=priority, timeout=timeout,
-                             task=task, max_attempts=max_attempts)
+                             task=task, max_attempts=max_attempts, headers=headers)
         return None if rejected else job_id
 
     def add_all(self, jobs: Iterable[tuple[str, Any]], *, delay: float | None = None,
                 run_at: datetime | None = None, priority: int = 0, timeout: float | None = None,
-                task: str | None = None, max_attempts: int | None = None) -> list[str]:
+                task: str | None = None, max_attempts: int | None = None,
+                headers: dict[str, Any] | None = None) -> list[str]:
         """Queue ``(job_id, params)`` pairs in as few multis as possible; return the ids rejected as duplicates
-        (of an unfinished job, or given twice here). ``timeout``, ``task``, ``max_attempts``: as :meth:`add`, for
-        each of them."""
+        (of an unfinished job, or given twice here). ``timeout``, ``task``, ``max_attempts``, ``headers``: as
+        :meth:`add`, for each of them."""
         return self._add(list(jobs), delay=delay, run_at=run_at, priority=priority, timeout=timeout, task=task,
-                         max_attempts=max_attempts)
+                         max_attempts=max_attempts, headers=headers)
 
     def _add(self, jobs: list[tuple[str, Any]], *, delay: float | None, run_at: datetime | None,
              priority: int, timeout: float | None = None, task: str | None = None,
-             max_attempts: int | None = None) -> list[str]:
+             max_attempts: int | None = None, headers: dict[str, Any] | None = None) -> list[str]:
         self._check_started()
+        headers = check_headers(headers)
         timeout = check_timeout(timeout)
         task = check_task(task)
         max_attempts = check_max_attempts(max_attempts)
@@ -222,7 +255,8 @@ class JobQueue:
             seen.add(job_id)
             data = self._serializer.serialize(params)
             records.append(Record(id=job_id, state=JobState.QUEUED, params=bytes(data), priority=priority,
-                                  due_ms=due, timeout=timeout, task=task, max_attempts=max_attempts))
+                                  due_ms=due, timeout=timeout, task=task, max_attempts=max_attempts,
+                                  headers=headers))
         naming.encode_priority(priority)  # checks the priority
         for attempt in range(2):
             if not records:
@@ -252,9 +286,10 @@ class JobQueue:
         return rejected
 
     def _finished_records(self, job_ids: list[str]) -> dict[str, list[tuple[str, int]]]:
-        """The completed/dead records of earlier runs of ``job_ids``, with their versions."""
-        paths = [(job_id, self.paths.finished(job_id, state))
-                 for job_id in job_ids for state in (JobState.COMPLETED, JobState.DEAD)]
+        """The finished records of earlier runs of ``job_ids`` (and a cancel request such a run left behind), with
+        their versions: an add deletes them."""
+        paths = [(job_id, path) for job_id in job_ids
+                 for path in (*self.paths.ended(job_id), self.paths.cancel_request(job_id))]
         out: dict[str, list[tuple[str, int]]] = {}
         for (job_id, path), res in zip(paths, protocol.multi_read(self._client, [p for _j, p in paths])):
             if not isinstance(res, BaseException):
@@ -288,7 +323,11 @@ class JobQueue:
     def start_many(self, helds: Sequence[HeldJob]) -> list[HeldJob]:
         """Count the attempt of each held job claimed with ``count=False`` as it starts (fenced by its lease, one
         engine call); return the jobs that may run now. See :func:`zkqueue.jobs.scope.start_many`."""
-        return start_many(self.paths, helds, self._recount)
+        fence = self._control.fence_ops()
+        if fence is None:  # paused: the jobs claimed ahead go back uncounted, nothing starts
+            release_many([h for h in helds if not h.counted])
+            return [h for h in helds if h.counted and not h._done]
+        return start_many(self.paths, helds, self._recount, fence)
 
     def _recount(self, helds: Sequence[HeldJob]) -> list[tuple[Record, int] | None]:
         """The records of ``helds`` as they are now (read again once connected), for a count whose reply was lost."""
@@ -325,20 +364,110 @@ class JobQueue:
             self._workers.append(worker)
         return worker
 
+    # ------------------------------------------------------------------------------------------ control
+    def pause(self) -> None:
+        """Pause the queue everywhere: adds go on, but no worker, take or claim of any process starts a job until
+        :meth:`resume` (running jobs finish). Once it returns, no job starts: every start checks the pause node's
+        version in its own multi (see :mod:`zkqueue.jobs.control`). Idempotent."""
+        self._set_paused(True)
+
+    def resume(self) -> None:
+        """Undo :meth:`pause`: workers start jobs again. Idempotent."""
+        self._set_paused(False)
+
+    @property
+    def paused(self) -> bool:
+        """Whether the queue is paused (as this process last saw it, kept current by a watch)."""
+        return self._control.paused
+
+    def _set_paused(self, paused: bool) -> None:
+        self._check_started()
+        stat = self._look(lambda: self._client.set(self.paths.control, paused_data(paused)),
+                          f"{'pausing' if paused else 'resuming'} {self.paths.root}")
+        self._control.saw(stat.version, paused)
+        log.info("job queue %s %s", self.paths.root, "paused" if paused else "resumed")
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel job ``job_id``. A job waiting to run (queued, parked for later, or waiting for a retry) becomes
+        CANCELLED at once, in one multi: its item and record go, the record is kept in ``cancelled/`` and the id
+        is free again. A running job gets a cancel request: its handler sees ``job.cancel_requested`` (an async
+        handler is cancelled) and the attempt ends CANCELLED when the handler ends, whatever it returns. True if it
+        was cancelled or the request made (or made before); False for an unknown or finished job."""
+        self._check_started()
+        path = self.paths.record(job_id)
+        for _try in range(_CANCEL_TRIES):
+            try:
+                data, stat = self._look(lambda: self._client.get(path), f"reading job {job_id}")
+            except NoNodeError:
+                return False
+            record = Record.decode(data)
+            if record.state is JobState.ACTIVE:
+                ops = store.cancel_request_ops(self.paths, record, stat.version, self._acl)
+            else:
+                item = self._look(lambda: self._item_of(record), f"finding job {job_id}'s item")
+                if item is None:  # claimed (or moved) between the reads: look again
+                    continue
+                ops = store.cancel_ops(self.paths, record, stat.version, item, self._acl)
+            res = self._engine.commit_groups([ops])[0]
+            if res.ok:
+                if record.state is not JobState.ACTIVE:
+                    self._outcomes.count("cancelled")
+                log.info("job %s of %s %s", job_id, self.paths.root,
+                         "has a cancel request" if record.state is JobState.ACTIVE else "was cancelled")
+                return True
+            if record.state is JobState.ACTIVE and isinstance(res.error, NodeExistsError) and res.op == 1:
+                return True  # requested before
+            if not isinstance(res.error, (NoNodeError, BadVersionError, NodeExistsError, NotEmptyError)):
+                raise QueueStateError(f"cancelling job {job_id!r} of {self.paths.root} failed: {res.error!r}")
+        raise QueueStateError(f"cancelling job {job_id!r} of {self.paths.root}: it kept changing ({_CANCEL_TRIES} "
+                              "tries); try again")
+
+    def _item_of(self, record: Record) -> str | None:
+        """The path of ``record``'s queue item: in its time bucket when parked (looked at first: the mover only
+        moves items from buckets into the queue node), else in the queue node; None if in neither."""
+        for parent in self._engine.item_parents(record.due_ms):
+            try:
+                children = self._client.get_children(parent)
+            except NoNodeError:
+                continue
+            for name in children:
+                item = names.parse_item(name)
+                if item is not None and item.job_id == record.id:
+                    return naming.join(parent, name)
+        return None
+
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether a cancel of the running job ``job_id`` is requested (a seam for the workers)."""
+        return self._control.cancel_requested(job_id)
+
+    def on_cancel_requests(self, listener: CancelListener) -> Callable[[], None]:
+        """Call ``listener(ids)`` (on kazoo's event thread; it must not block) with the ids of running jobs whose
+        cancel is newly requested; returns the call that stops it (a seam for the workers)."""
+        return self._control.listen(listener)
+
+    def write_progress(self, held: HeldJob, progress: Any) -> bool:
+        """Write ``progress`` into the record of the running job ``held``, fenced by its lease and version-checked
+        (a seam for the workers, which throttle it: :mod:`zkqueue.jobs.running`); False when the lease or the
+        record moved on."""
+        updated, ops = store.progress_ops(self.paths, replace(held.record, progress=progress), held.version)
+        return write_held(held, ops, updated)
+
     # ------------------------------------------------------------------------------------------ looking
     def _look(self, call: Callable[[], Any], what: str) -> Any:
         """``call()``, a read for a caller who looks at the queue (get, counts): on a started queue a lost
         connection (a leader election) is waited out as the puts wait it out, for up to the engine's put outcome
-        wait, instead of raising ConnectionLoss mid-failover."""
+        wait, instead of raising ConnectionLoss mid-failover; past it, :class:`~zkqueue.errors.ConnectionLostError`.
+        A queue not started (opened only to look) waits on its client for the default of that wait."""
         if self._engine.is_started:
             return self._engine.read_retrying(call, what)
-        return call()
+        from zkqueue.engine.put_markers import DEFAULT_READ_WAIT, ClientConnection, read_retrying  # noqa: PLC0415
+
+        return read_retrying(call, ClientConnection(self._client), DEFAULT_READ_WAIT, what)
 
     def get(self, job_id: str) -> Job | None:
         """The job with ``job_id`` (queued, active, retrying, completed or dead), or None if unknown. On a started
         queue a lost connection is waited out (see :meth:`counts`)."""
-        paths = [self.paths.record(job_id), self.paths.finished(job_id, JobState.COMPLETED),
-                 self.paths.finished(job_id, JobState.DEAD)]
+        paths = [self.paths.record(job_id), *self.paths.ended(job_id)]
         reads = self._look(lambda: protocol.multi_read(self._client, paths), f"reading job {job_id}")
         for res in reads:
             if not isinstance(res, BaseException):
@@ -346,7 +475,7 @@ class JobQueue:
         return None
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
-        """Job ``job_id`` once it is finished (COMPLETED or DEAD): waits on ZooKeeper watches of its finished
+        """Job ``job_id`` once it is finished (COMPLETED, DEAD or CANCELLED): waits on ZooKeeper watches of its finished
         records, not polling. Raises :class:`~zkqueue.errors.JobNotFoundError` if there is no such job,
         :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``) after ``timeout`` seconds (None: no
         limit). No start() needed. See :func:`zkqueue.jobs.waiting.wait_finished`."""
@@ -355,11 +484,14 @@ class JobQueue:
     def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
         """The result of job ``job_id`` once it completes (:meth:`wait`); raises
         :class:`~zkqueue.errors.JobDeadError` (a :class:`~zkqueue.errors.JobFailedError`, with the job and its last
-        error) if it ends in the dead letters, :class:`~zkqueue.errors.WaitTimeoutError` after ``timeout``
+        error) if it ends in the dead letters, :class:`~zkqueue.errors.JobCancelledError` if it was cancelled,
+        :class:`~zkqueue.errors.WaitTimeoutError` after ``timeout``
         seconds, :class:`~zkqueue.errors.JobNotFoundError` for an unknown id."""
         job = self.wait(job_id, timeout)
         if job.state is JobState.DEAD:
             raise JobDeadError(job)
+        if job.state is JobState.CANCELLED:
+            raise JobCancelledError(job)
         return job.result
 
     def counts(self) -> dict[str, int]:
@@ -378,10 +510,50 @@ class JobQueue:
             if name not in held:
                 counts["retrying" if names.parse_item(name).kind == names.RETRY else "queued"] += 1  # type: ignore[union-attr]
         counts["scheduled"] = parked_count(self._client, self.paths.queue) if self._park_after is not None else 0
-        for key, parent in (("dead", self.paths.dead), ("completed", self.paths.completed)):
+        for key, parent in (("dead", self.paths.dead), ("completed", self.paths.completed),
+                            ("cancelled", self.paths.cancelled)):
             stat = self._client.exists(parent)
             counts[key] = stat.numChildren if stat else 0
         return counts
+
+    def queued(self, limit: int = 100) -> list[Job]:
+        """The first ``limit`` jobs waiting in the queue node to run (QUEUED or RETRYING, due or not, none held by
+        a worker: ``counts()["queued"]`` and ``["retrying"]``), in run order: the due ones in the order a worker
+        claims them (priority, lower first, then the time each became runnable, then the add order), then the ones
+        not due yet by due time. Jobs parked in time buckets (due more than ``park_after`` seconds ahead) are not
+        listed: they show in ``counts()["scheduled"]``. Costs the listings of the queue node and of the locks, and
+        one multiRead of the records returned; a job that finished meanwhile is left out. On a started queue a lost
+        connection is waited out (see :meth:`counts`)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError(f"limit must be an int >= 1, got {limit!r}")
+        return self._look(lambda: self._listed(False, limit),  # type: ignore[no-any-return]
+                          f"listing the queued jobs of {self.paths.root}")
+
+    def in_progress(self) -> list[Job]:
+        """The jobs held by workers now (``counts()["active"]``), in run order: running (ACTIVE), or claimed
+        ahead by a worker's prefetch and about to start (their records still QUEUED or RETRYING). Costs the
+        listings of the queue node and of the locks, and one multiRead of the records returned; a job that
+        finished meanwhile is left out. On a started queue a lost connection is waited out (see :meth:`counts`)."""
+        return self._look(lambda: self._listed(True, None),  # type: ignore[no-any-return]
+                          f"listing the jobs in progress of {self.paths.root}")
+
+    def _listed(self, held_ones: bool, limit: int | None) -> list[Job]:
+        """The jobs of the held items (``held_ones``) or of the free ones, in run order (see :meth:`queued`)."""
+        parsed = {n: p for n in self._client.get_children(self.paths.queue) if (p := names.parse_item(n)) is not None}
+        held = held_items(parsed, self._client.get_children(self.paths.locks), self.paths.queue)
+        now = now_ms()
+
+        def run_order(name: str) -> tuple[Any, ...]:
+            item = parsed[name]
+            if item.kind == names.IMMEDIATE or item.due_ms <= now:
+                return (0, 0, names.sort_key(name))
+            return (1, item.due_ms, names.sort_key(name))
+
+        chosen = [n for n in parsed if (n in held) == held_ones]
+        ordered = sorted(chosen, key=run_order) if limit is None else heapq.nsmallest(limit, chosen, key=run_order)
+        ids = list(dict.fromkeys(parsed[n].job_id for n in ordered))  # one job, one entry (even if listed twice)
+        reads = protocol.multi_read(self._client, [self.paths.record(i) for i in ids]) if ids else []
+        return [self._outcomes.view(Record.decode(res[0])) for res in reads if not isinstance(res, BaseException)]
 
     def outstanding(self) -> int:
         """Jobs that are still to run: queued and due now, running, or waiting for a retry (first runs the caller
@@ -411,7 +583,8 @@ class JobQueue:
         :mod:`zkqueue.metrics`; :meth:`counts` is the queue's state across every instance. With a ``rate_limit``
         also ``rate_slices``, ``rate_waits``, ``rate_waited_ms``, ... (:meth:`~zkqueue.jobs.rate.RateLimiter.stats`)."""
         tally = self._outcomes.tallied()
-        return {**{key: tally.get(key, 0) for key in ("added", "completed", "retried", "dead_lettered")},
+        return {**{key: tally.get(key, 0) for key in ("added", "completed", "retried", "dead_lettered",
+                                                       "cancelled")},
                 **self._claims.rate_stats()}
 
     def dead_letters(self, limit: int | None = None) -> list[Job]:
@@ -488,11 +661,18 @@ class JobQueue:
 
 
 class _JobItems(DistributedQueue):  # type: ignore[type-arg]
-    """The engine queue of a job queue: job item names, ordered by due time and priority."""
+    """The engine queue of a job queue: job item names (:mod:`zkqueue.jobs.names`), ordered by priority, then the
+    time each job became runnable, then sequence. Items not due yet sort among the due ones: the pull claims a job
+    queue uses skip them (:class:`~zkqueue.engine.ordering.KeptOrder`); the engine's push loop, which waits for a
+    head not due yet as Curator does, is never run on these names."""
 
     def get_delay(self, item_node: str) -> float:
+        """Seconds until the item is due: 0 for a first run due at once (kind ``i``: its ms field is its add time,
+        so a producer's clock ahead of this host's does not delay it), else its due time minus now."""
         item = names.parse_item(item_node)
-        return 0.0 if item is None else (item.due_ms - now_ms()) / 1000.0
+        if item is None or item.kind == names.IMMEDIATE:
+            return 0.0
+        return (item.due_ms - now_ms()) / 1000.0
 
     def sort_children(self, names_: list[str]) -> list[str]:
         return sorted(names_, key=names.sort_key)

@@ -85,8 +85,11 @@ class TakeScope:
         if self._entered:
             raise QueueStateError("a take scope can be entered once")
         self._entered = True
+        running, timeout = self._claims.wait_running(self._timeout)
+        if not running:  # paused all along
+            return []
         unreadable: list[Outcome] = []
-        for o in self._engine.claim_nodes(self._max_jobs, self._timeout):
+        for o in self._engine.claim_nodes(self._max_jobs, timeout):
             claimed = self._claims.take(o.held.path) if o.held is not None else None
             if claimed is None:  # cannot happen: the claim hook ran for every node it returned
                 log.error("claimed node %s has no claimed record; giving it back", o.name)
@@ -216,14 +219,16 @@ def release_many(helds: Sequence[HeldJob]) -> None:
 Recount = Callable[[Sequence["HeldJob"]], Sequence["tuple[Record, int] | None"]]
 
 
-def start_many(paths: Any, helds: Sequence[HeldJob], recount: Recount | None = None) -> list[HeldJob]:
+def start_many(paths: Any, helds: Sequence[HeldJob], recount: Recount | None = None,
+               fence: Sequence[Any] = ()) -> list[HeldJob]:
     """Count the attempt of every job in ``helds`` claimed without one (``claim_many(count=False)``), fenced by its
     lease, in one engine call per engine queue; return the jobs that may run now, in order (those counted at claim
     pass through). A job whose count failed (its record changed meanwhile, or its lease went with its session) is
     given back and left out. When the reply was lost, ``recount`` reads the records again: a job whose count is
     there (the next version, one more attempt, ACTIVE) runs; the others are given back uncounted. Without
     ``recount``, or when that read fails too, they are all given back (an attempt may then be counted for a job
-    that did not run, never the other way round)."""
+    that did not run, never the other way round). ``fence``: ops put before each job's count (the queue's pause
+    check, :mod:`zkqueue.jobs.control`): when they fail, the job is given back."""
     todo = [h for h in helds if not h.counted and not h._done]
     by_engine: dict[Any, list[HeldJob]] = {}
     for h in todo:
@@ -232,7 +237,7 @@ def start_many(paths: Any, helds: Sequence[HeldJob], recount: Recount | None = N
     for commit, group in by_engine.items():
         changes = [store.claim_ops(paths, h.record, h.version) for h in group]
         try:
-            results = commit([h._outcome for h in group], [ops for _active, ops in changes])
+            results = commit([h._outcome for h in group], [[*fence, *ops] for _active, ops in changes])
         except CONNECTION_ERRORS as exc:
             lost.extend(_settle_lost_count(group, changes, recount, exc))
             continue
@@ -271,6 +276,19 @@ def _settle_lost_count(group: list[HeldJob], changes: list[tuple[Record, list[An
     return left
 
 
+def write_held(held: HeldJob, ops: list[Any], record: Record) -> bool:
+    """Commit ``ops`` (a change of ``held``'s record, version-checked) fenced by its lease, as a start is; on
+    success ``held`` has ``record`` at the next version. False when the lease or the record moved on."""
+    if held._done or held._commit is None:
+        return False
+    results = held._commit([held._outcome], [ops])
+    res = results[0] if results else None
+    if res is None or res is False or not res.ok:
+        return False
+    held.record, held.version = record, held.version + 1
+    return True
+
+
 def give_back_unstarted(helds: Sequence[HeldJob], outcomes: JobOutcomes) -> None:
     """Give back jobs that were claimed and never started: one claimed without counting is released as it is; one
     whose attempt the claim counted is released with that attempt uncounted again (:meth:`JobOutcomes.unstarted`)."""
@@ -283,6 +301,9 @@ def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float 
     """Claim up to ``max_jobs`` due jobs of ``engine`` (pull mode) and hold them; [] if none was due within
     ``timeout``. ``count=False``: no attempt is counted until :func:`start_many` (jobs claimed ahead of free
     slots)."""
+    running, timeout = claims.wait_running(timeout)
+    if not running:  # paused all along
+        return []
     if not count:
         with claims.uncounted():
             return _held(engine, claims, engine.claim_nodes(max_jobs, timeout, block_leases=block_leases))

@@ -2,24 +2,29 @@
 
 ``<path>/queue`` holds the queue items (engine nodes, named by :mod:`zkqueue.jobs.names`), ``<path>/locks`` the
 engine's leases, ``<path>/records/<id>`` the record of every unfinished job (queued, active or waiting for a
-retry: its existence is what makes ids distinct), and ``<path>/completed/<id>`` and ``<path>/dead/<id>`` the
-records of finished jobs. Records are never children of the queue node, so 100k finished jobs do not slow the
+retry: its existence is what makes ids distinct), and ``<path>/completed/<id>``, ``<path>/dead/<id>`` and
+``<path>/cancelled/<id>`` the records of finished jobs. ``<path>/control`` says whether the queue is paused (its
+version fences every start: :mod:`zkqueue.jobs.control`) and ``<path>/cancels/<id>`` asks the worker running job
+``<id>`` to cancel it. Records are never children of the queue node, so 100k finished jobs do not slow the
 queue down.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable
 
-from zkqueue.engine.commit import create_op, delete_op
+from zkqueue.engine.commit import check_op, create_op, delete_op
 from zkqueue.errors import ConfigurationError
 from zkqueue.engine.seams import Completion
 from zkqueue.formats import framing, naming
 from zkqueue.jobs import names
 from zkqueue.jobs.model import JobState, Record, now_ms
 from zkqueue.transport import protocol
+
+#: The states of a finished job, in the order their paths are read (:meth:`Paths.ended`).
+FINISHED = (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
 
 #: The data of a queue item: the job lives in its record, the item only holds its place in the queue.
 ITEM_DATA = framing.encode_items([b""])
@@ -49,22 +54,51 @@ class Paths:
     def dead(self) -> str:
         return naming.join(self.root, "dead")
 
+    @property
+    def cancelled(self) -> str:
+        return naming.join(self.root, "cancelled")
+
+    @property
+    def control(self) -> str:
+        """The queue's control node: paused or not (see :mod:`zkqueue.jobs.control`)."""
+        return naming.join(self.root, "control")
+
+    @property
+    def cancels(self) -> str:
+        """Where cancel requests of running jobs wait for their workers (``cancels/<escaped id>``)."""
+        return naming.join(self.root, "cancels")
+
     def all(self) -> tuple[str, ...]:
-        return (self.queue, self.locks, self.records, self.completed, self.dead)
+        return (self.queue, self.locks, self.records, self.completed, self.dead, self.cancelled, self.control,
+                self.cancels)
 
     def record(self, job_id: str) -> str:
         return naming.join(self.records, names.node_id(job_id))
 
     def finished(self, job_id: str, state: JobState) -> str:
-        parent = self.completed if state is JobState.COMPLETED else self.dead
+        parent = {JobState.COMPLETED: self.completed, JobState.CANCELLED: self.cancelled}.get(state, self.dead)
         return naming.join(parent, names.node_id(job_id))
 
+    def ended(self, job_id: str) -> list[str]:
+        """The paths where ``job_id``'s record is once it has finished: completed, dead and cancelled."""
+        return [self.finished(job_id, state) for state in FINISHED]
+
+    def cancel_request(self, job_id: str) -> str:
+        return naming.join(self.cancels, names.node_id(job_id))
+
     def item_prefix(self, record: Record, kind: str) -> str:
-        return names.item_prefix(self.queue, record.id, due_ms=record.due_ms, priority=record.priority, kind=kind)
+        """The sequential prefix of ``record``'s queue item in the queue node (see :func:`item_name`)."""
+        return naming.join(self.queue, item_name(record, kind))
 
 
 def item_name(record: Record, kind: str) -> str:
-    """The name prefix of ``record``'s queue item (see :func:`zkqueue.jobs.names.item_name_prefix`)."""
+    """The name prefix of ``record``'s queue item (see :func:`zkqueue.jobs.names.item_name_prefix`). A first run
+    (``kind`` :data:`~zkqueue.jobs.names.NEW`) due at once (``record.due_ms`` 0) is named
+    :data:`~zkqueue.jobs.names.IMMEDIATE` with the time it was queued (the record's ``updated_ms``): due at once on
+    every host, ordered by that time among the due jobs of its priority. Else the ms field is the due time."""
+    if kind == names.NEW and record.due_ms <= 0:
+        return names.item_name_prefix(record.id, due_ms=record.updated_ms, priority=record.priority,
+                                      kind=names.IMMEDIATE)
     return names.item_name_prefix(record.id, due_ms=record.due_ms, priority=record.priority, kind=kind)
 
 
@@ -96,13 +130,39 @@ def unclaim(paths: Paths, record: Record, version: int) -> Completion:
     return Completion.release(extra_ops=[protocol.SetDataOp(paths.record(record.id), before.encode(), version)])
 
 
-def finish(paths: Paths, record: Record, version: int, state: JobState, acl: Any, **changes: Any) -> Completion:
-    """Ack the item; the record moves from ``records/`` to ``completed/`` or ``dead/``, in the same multi."""
+def finish(paths: Paths, record: Record, version: int, state: JobState, acl: Any, *,
+           cancel_request: bool = False, **changes: Any) -> Completion:
+    """Ack the item; the record moves from ``records/`` to ``completed/``, ``dead/`` or ``cancelled/``, in the same
+    multi (with the job's cancel request, when ``cancel_request``: the worker saw one)."""
     final = record.moved(state, **changes)
     return Completion.ack(extra_ops=[
         delete_op(paths.record(record.id), version),
         create_op(paths.finished(record.id, state), final.encode(), acl=acl),
+        *([delete_op(paths.cancel_request(record.id))] if cancel_request else []),
     ])
+
+
+def cancel_ops(paths: Paths, record: Record, version: int, item_path: str, acl: Any) -> list[Any]:
+    """Ops that cancel a job that is not running (queued, parked or retrying): its item (at ``item_path``, in the
+    queue node or a time bucket) and its record go, and the record is kept CANCELLED; the id is free again."""
+    final = record.moved(JobState.CANCELLED)
+    return [
+        delete_op(item_path),
+        delete_op(paths.record(record.id), version),
+        create_op(paths.finished(record.id, JobState.CANCELLED), final.encode(), acl=acl),
+    ]
+
+
+def cancel_request_ops(paths: Paths, record: Record, version: int, acl: Any) -> list[Any]:
+    """Ops that ask the worker running a job (its record ACTIVE at ``version``) to cancel it."""
+    return [check_op(paths.record(record.id), version),
+            create_op(paths.cancel_request(record.id), str(record.attempts).encode(), acl=acl)]
+
+
+def progress_ops(paths: Paths, record: Record, version: int) -> tuple[Record, list[Any]]:
+    """The record of a running job with its latest progress (``record.progress``), version-checked."""
+    updated = replace(record, updated_ms=now_ms())
+    return updated, [protocol.SetDataOp(paths.record(record.id), updated.encode(), version)]
 
 
 def retry(paths: Paths, record: Record, version: int, due_ms: int, errors: tuple[Any, ...],
@@ -129,8 +189,8 @@ def redrive_ops(paths: Paths, dead: Record, version: int, acl: Any) -> list[Any]
 
 
 def due_at(delay: float | None, run_at: datetime | None = None) -> int:
-    """A due time ``delay`` seconds from now, or at ``run_at`` (a timezone-aware datetime); 0 (due at once,
-    ordered before every delayed job) for neither or a time already past."""
+    """A due time ``delay`` seconds from now, or at ``run_at`` (a timezone-aware datetime); 0 (due at once on
+    every host, ordered by its add time: see :func:`item_name`) for neither or a time already past."""
     if run_at is not None:
         if delay is not None:
             raise ConfigurationError("give delay or run_at, not both")
@@ -146,5 +206,5 @@ def due_at(delay: float | None, run_at: datetime | None = None) -> int:
     return 0 if not delay or delay <= 0 else now_ms() + int(delay * 1000)
 
 
-__all__ = ["ITEM_DATA", "Paths", "add_ops", "claim_ops", "due_at", "finish", "item_name", "redrive_ops", "retry",
-           "unclaim"]
+__all__ = ["FINISHED", "ITEM_DATA", "Paths", "add_ops", "cancel_ops", "cancel_request_ops", "claim_ops", "due_at",
+           "finish", "item_name", "progress_ops", "redrive_ops", "retry", "unclaim"]

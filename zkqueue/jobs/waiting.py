@@ -20,7 +20,7 @@ from kazoo.exceptions import NoNodeError
 
 from zkqueue.errors import ConfigurationError, JobNotFoundError, WaitTimeoutError
 from zkqueue.jobs import store
-from zkqueue.jobs.model import Job, JobState, Record
+from zkqueue.jobs.model import Job, Record
 from zkqueue.transport.requests import CONNECTION_ERRORS
 
 log = logging.getLogger("zkqueue.jobs.waiting")
@@ -37,12 +37,12 @@ def check_wait_timeout(timeout: float | None) -> float | None:
 
 def wait_finished(client: KazooClient, paths: store.Paths, to_job: Callable[[Record], Job], job_id: str,
                   timeout: float | None = None) -> Job:
-    """Job ``job_id`` of the job queue at ``paths`` once it is COMPLETED or DEAD (``to_job`` turns its record into
+    """Job ``job_id`` of the job queue at ``paths`` once it is COMPLETED, DEAD or CANCELLED (``to_job`` turns its record into
     the :class:`~zkqueue.jobs.Job`). Raises :class:`~zkqueue.errors.JobNotFoundError` for an unknown job (or one
     reaped meanwhile), :class:`~zkqueue.errors.WaitTimeoutError` after ``timeout`` seconds (0: look once)."""
     timeout = check_wait_timeout(timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
-    finished = [paths.finished(job_id, JobState.COMPLETED), paths.finished(job_id, JobState.DEAD)]
+    finished = paths.ended(job_id)
     record_path = paths.record(job_id)
     changed = threading.Event()
 

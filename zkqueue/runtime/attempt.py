@@ -34,7 +34,7 @@ class Attempt:
     :mod:`zkqueue.progress`), gives ``source`` and ``held`` as None and its own unit of work as ``job``."""
 
     __slots__ = ("began", "call", "driver", "driver_state", "error", "held", "how", "job", "label", "on_begin",
-                 "on_settled", "policy", "result", "source", "started", "timeout", "_lock")
+                 "on_settled", "policy", "result", "running", "source", "started", "timeout", "_lock")
 
     def __init__(self, source: Any, held: HeldJob | None, job: Job | Any, call: Callable[[Any], Any],
                  timeout: float | None, on_settled: Callable[[Attempt], None], policy: Any = None,
@@ -57,6 +57,9 @@ class Attempt:
         self.driver_state: Any = None  # the driver's own handle (a future, a slot)
         #: Set by :meth:`begin`: an attempt given back before that never ran.
         self.began = False
+        #: What its handler shares with the worker (cancel requests, progress): a
+        #: :class:`~zkqueue.jobs.running.RunningJob`, or None for work that takes neither.
+        self.running: Any = None
         self._lock = threading.Lock()
 
     def begin(self) -> None:

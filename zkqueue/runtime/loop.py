@@ -78,6 +78,10 @@ class AsyncioDriver:
         if future is not None:
             future.cancel()
 
+    def cancel(self, attempt: Attempt) -> None:
+        """A cancel of ``attempt``'s job was requested: cancel its task (the attempt then ends CANCELLED)."""
+        self.abandon(attempt)
+
     def close(self, wait: float | None = None) -> None:
         if self._own and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)

@@ -173,6 +173,9 @@ class ProcessDriver:
         if slot.process.is_alive():
             slot.process.kill()
 
+    def cancel(self, attempt: Attempt) -> None:
+        """Nothing to do: a sync handler looks at ``job.cancel_requested`` itself (a child process cannot: its job ends CANCELLED when it returns)."""
+
     def close(self, wait: float | None = None) -> None:
         """Stop the children once idle (running ones are killed after ``wait`` seconds)."""
         with self._lock:

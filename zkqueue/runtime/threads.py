@@ -89,6 +89,9 @@ class ThreadDriver:
                     "its slot", attempt.label, thread.name)
         self._spawn()
 
+    def cancel(self, attempt: Attempt) -> None:
+        """Nothing to do: a sync handler looks at ``job.cancel_requested`` itself."""
+
     def close(self, wait: float | None = None) -> None:
         """Stop the slot threads once they are idle; wait up to ``wait`` seconds for them (hung ones are left)."""
         with self._lock:

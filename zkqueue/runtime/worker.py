@@ -30,12 +30,13 @@ import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, Sequence
 
 from zkqueue.errors import ConfigurationError, JobTimeoutError, QueueClosedError
 from zkqueue.jobs.model import Job, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT, JobQueue
+from zkqueue.jobs.running import UNSET, RunningJob
 from zkqueue.jobs.scope import HeldJob, finish_many, release_many
 from zkqueue.runtime.attempt import GIVEN_BACK, RAN, TIMED_OUT, Attempt
 
@@ -63,6 +64,10 @@ class Driver(Protocol):
     def submit(self, attempt: Attempt) -> None: ...
 
     def abandon(self, attempt: Attempt) -> None: ...
+
+    def cancel(self, attempt: Attempt) -> None:
+        """A cancel of ``attempt``'s job was requested: stop its handler if this driver can (an event loop cancels
+        the coroutine); a sync handler sees ``job.cancel_requested`` instead."""
 
     def close(self, wait: float | None = None) -> None: ...
 
@@ -163,6 +168,8 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self.counts: Counter[str] = Counter()
         self._started = False
+        self._progress: set[RunningJob] = set()  # progress values waiting to be written, by the finisher
+        self._unlisten: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------------------------------ life cycle
     def start(self) -> Worker:
@@ -173,6 +180,7 @@ class Worker:
             self._started = True
         for driver in self._drivers:
             driver.start(self.concurrency)
+        self._unlisten = [q.on_cancel_requests(functools.partial(self._cancels_requested, q)) for q in self.queues]
         self._claimers_left = len(self.queues)
         if not self.queues:
             self._claims_ended.set()
@@ -233,6 +241,8 @@ class Worker:
             self._finisher.join()
             for driver in self._drivers:
                 driver.close(wait=0.5 if warm else 0.0)
+            for unlisten in self._unlisten:
+                unlisten()
             self._stopped.set()
             log.debug("worker %s stopped (%s): %s", self._name, "warm" if warm else "cold", dict(self.counts))
             return warm
@@ -415,6 +425,10 @@ class Worker:
                       else functools.partial(self._settled, end=route.end, executor=route.end_executor))
         attempt = Attempt(queue, held, job, route.call, timeout, on_settled, route.policy, route.driver,
                           on_begin=self._begun)
+        if route.end is None:  # a layer that ends its jobs itself (flows) takes no cancels
+            attempt.running = job._running = RunningJob(
+                job.id, self._progress_waits, functools.partial(queue.write_progress, held),
+                on_cancel=functools.partial(route.driver.cancel, attempt))
         with self._cond:
             if self._cold.is_set():  # a cold stop came while its attempt was being counted: it never runs
                 self.counts["returned"] += 1
@@ -425,6 +439,21 @@ class Worker:
             self.peak_in_flight = max(self.peak_in_flight, len(self._running))
             self._started_jobs += 1
         route.driver.submit(attempt)
+        if attempt.running is not None and queue.cancel_requested(job.id):  # requested before it started
+            attempt.running.request_cancel()
+
+    def _cancels_requested(self, queue: JobQueue, ids: frozenset[str]) -> None:
+        """Cancels of the jobs ``ids`` of ``queue`` were requested (on kazoo's event thread): tell their runs."""
+        with self._cond:
+            runs = [a.running for a in self._running if a.source is queue and a.job.id in ids and a.running]
+        for run in runs:
+            run.request_cancel()
+
+    def _progress_waits(self, run: RunningJob) -> None:
+        """A handler reported progress: the finisher writes it when its interval allows."""
+        with self._cond:
+            self._progress.add(run)
+            self._cond.notify_all()
 
     def _begun(self, attempt: Attempt) -> None:
         """The driver calls ``attempt``'s handler now: its timeout runs from here (a process pool's child may have
@@ -455,6 +484,11 @@ class Worker:
         ran_for = time.monotonic() - attempt.started
         if attempt.how == RAN:
             self._note_run(ran_for)
+        run = attempt.running
+        if run is not None:
+            progress = run.close()  # waits for a progress write under way; no more after it
+            if progress is not UNSET:
+                held.record = replace(held.record, progress=progress)  # the last value lands with the end
         try:
             if attempt.how == GIVEN_BACK and not attempt.began:  # its handler never ran: uncounted again
                 completion = queue.outcomes.unstarted(held.claimed)
@@ -462,6 +496,9 @@ class Worker:
             elif attempt.how == GIVEN_BACK:
                 completion = None
                 self.counts["given_back"] += 1
+            elif run is not None and run.cancel_requested:  # ended after a cancel request: whatever it returned
+                self.counts["cancelled"] += 1
+                completion = queue.outcomes.cancelled(held.claimed)
             elif own is not None:
                 self.counts["timed_out" if attempt.how == TIMED_OUT else "failed" if attempt.error is not None
                             else "completed"] += 1
@@ -494,7 +531,8 @@ class Worker:
             self._cond.notify_all()
         if self._log_jobs:  # once its slot is free: the dispatcher need not wait for the line
             log.info("%s %s[%s] %s in %.3fs%s", queue.paths.root, attempt.job.task or "job", attempt.job.id,
-                     attempt.how if attempt.how != RAN else "failed" if attempt.error is not None else "completed",
+                     attempt.how if attempt.how != RAN else "cancelled" if run is not None and run.cancel_requested
+                     else "failed" if attempt.error is not None else "completed",
                      ran_for, f": {type(attempt.error).__name__}: {attempt.error}" if attempt.error is not None else "")
 
     def _end_itself(self, attempt: Attempt, end: Callable[[Attempt], None]) -> None:
@@ -524,14 +562,32 @@ class Worker:
                             attempt.source.paths.root)
                 attempt.driver.abandon(attempt)
 
+    def _progress_due(self) -> tuple[list[RunningJob], float]:
+        """The progress values to write now, and in how many seconds the next one may be written (at most 0.5)."""
+        now = time.monotonic()
+        due, wait = [], 0.5
+        for run in list(self._progress):
+            left = run.due_in(now)
+            if left is None:  # written, or its attempt ended (its end folds the value in)
+                self._progress.discard(run)
+            elif left <= 0:
+                due.append(run)
+                self._progress.discard(run)
+            else:
+                wait = min(wait, left)
+        return due, wait
+
     def _finish_loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._ends or self._own_ends
-                           or (self._claims_ended.is_set() and (self._releases or self._returns))):
+                while True:
+                    writes, wait = self._progress_due()
+                    if writes or self._ends or self._own_ends or (
+                            self._claims_ended.is_set() and (self._releases or self._returns)):
+                        break
                     if self._finishing.is_set():
                         return
-                    self._cond.wait(0.5)
+                    self._cond.wait(wait)
                 ends, self._ends = self._ends, []
                 own, self._own_ends = self._own_ends, []
                 releases: list[HeldJob] = []
@@ -540,6 +596,8 @@ class Worker:
                     ends += self._returns
                     self._returns = []
                 self._committing = True
+            for run in writes:  # each fenced by its job's lease; a value reported meanwhile waits for the next
+                run.write()
             try:
                 for attempt, end in own:
                     self._end_itself(attempt, end)
@@ -573,10 +631,10 @@ class Worker:
 
     def stats(self) -> dict[str, int]:
         """``completed``, ``failed``, ``timed_out``, ``given_back`` (cold stop), ``returned`` (held, given back
-        unstarted), ``in_flight``, ``held`` (claimed ahead) and ``started``."""
+        unstarted), ``cancelled`` (ended after a cancel request), ``in_flight``, ``held`` (claimed ahead) and ``started``."""
         with self._cond:
             return {**{k: self.counts.get(k, 0) for k in ("completed", "failed", "timed_out", "given_back",
-                                                            "returned")},
+                                                            "returned", "cancelled")},
                     "in_flight": len(self._running), "held": len(self._ready), "started": self._started_jobs}
 
 
