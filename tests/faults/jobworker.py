@@ -6,7 +6,8 @@ ends, ``ready``, ``stats`` (``jq.stats()``) and ``done``. With ``max_jobs`` in t
 ``RateLimit(max_jobs, 1.0)``. The handler returns the job's params doubled, which the checker finds in the
 completed records. Jobs listed in ``fail_first`` raise on their first attempt, jobs in ``fail_always`` on every one.
 While the file ``hold_file`` (if given) exists, every run journals ``holding`` and never ends (the test SIGKILLs the
-process then: provably mid-job, as faultworker.py's consumers).
+process then: provably mid-job, as faultworker.py's consumers). Jobs listed in ``cancellable`` run until their
+``job.cancel_requested`` turns true (journalled as ``cancel_seen``), at most 60 s.
 
 With ``"async": true`` it runs an :class:`~zkqueue.aio.AsyncJobQueue` on an event loop instead, and
 ``jq.work(handler, concurrency=...)`` with a coroutine handler (``await asyncio.sleep``); its ``stats`` line then
@@ -38,6 +39,7 @@ def main() -> None:
     fail_first, fail_always = set(cfg.get("fail_first", ())), set(cfg.get("fail_always", ()))
     work_seconds = cfg.get("work_seconds", 0.002)
     hold_file = cfg.get("hold_file")
+    cancellable = set(cfg.get("cancellable", ()))
 
     def begin(job) -> tuple[bool, bool]:  # noqa: ANN001 - journals the run; (whether it fails on purpose, holds)
         fails = job.id in fail_always or (job.id in fail_first and job.attempts == 1)
@@ -63,6 +65,12 @@ def main() -> None:
             fails, holds = begin(job)
             if holds:
                 stop.wait()
+            if job.id in cancellable:
+                deadline = time.monotonic() + 60
+                while not job.cancel_requested and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                journal.write("cancel_seen" if job.cancel_requested else "cancel_missed", id=job.id,
+                              attempt=job.attempts)
             time.sleep(work_seconds)
             return end(job, fails)
 

@@ -57,6 +57,25 @@ def test_linear_flow_keeps_every_result(zk_client) -> None:
         assert all(c == {"queued": 0, "active": 0, "retrying": 0} for c in counts["steps"].values())
 
 
+def test_a_paused_step_starts_nothing_until_resumed(zk_client) -> None:
+    ran: list[str] = []
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("fetch", lambda job: ran.append("fetch") or 1, next="store")
+    flow.step("store", lambda job: ran.append("store") or 2)
+    with flow:
+        flow.pause(["store"])
+        assert flow.paused == {"fetch": False, "store": True}
+        flow.add({"n": 1}, job_id="p1")
+        with flow.work(concurrency=2):
+            wait_for(lambda: flow.counts()["steps"]["store"]["queued"] == 1, timeout=10)
+            time.sleep(0.5)
+            assert ran == ["fetch"]  # handed off to the paused step, which does not start it
+            flow.resume()
+            job = flow.wait("p1", timeout=10)
+        assert job.state is FlowState.COMPLETED and ran == ["fetch", "store"]
+        assert flow.paused == {"fetch": False, "store": False}
+
+
 def test_fan_out_and_fan_in_run_the_join_once_with_every_result(zk_client) -> None:
     joins: list[dict] = []
     lock = threading.Lock()

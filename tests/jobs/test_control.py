@@ -115,6 +115,29 @@ def test_cancel_a_running_async_job_cancels_its_coroutine(zk_client) -> None:
         assert job.attempts == 1 and job.errors == []  # cancelled, not failed
 
 
+def test_cancel_a_job_a_worker_holds_claimed_ahead_ends_it_without_running_it(zk_client) -> None:
+    release = threading.Event()
+    ran: list[str] = []
+
+    def handler(job):
+        ran.append(job.id)
+        release.wait(20)
+
+    with job_queue(zk_client) as jq:
+        jq.add("first", job_id="first")
+        worker = jq.work(handler, concurrency=1, block_leases=False)
+        wait_for(lambda: ran == ["first"], timeout=10)
+        jq.add("second", job_id="second")
+        wait_for(lambda: worker.stats()["held"] == 1, timeout=10)  # claimed ahead, its item under the lease
+        assert jq.get("second").state is JobState.QUEUED
+        assert jq.cancel("second") is True
+        release.set()
+        job = jq.wait("second", timeout=10)
+        assert job.state is JobState.CANCELLED and ran == ["first"]
+        assert jq.wait("first", timeout=10).state is JobState.COMPLETED
+        worker.stop()
+
+
 def test_a_request_left_by_a_job_that_ended_first_does_not_cancel_its_next_run(zk_client) -> None:
     with job_queue(zk_client) as jq:
         jq.add("x", job_id="j")
