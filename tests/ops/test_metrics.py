@@ -87,7 +87,7 @@ def test_job_queue_metrics_match_counts_and_stats(zk_client) -> None:
         finally:
             server.shutdown()
         stats, counts = jq.stats(), jq.counts()
-        assert stats == {"added": 4, "completed": 3, "retried": 1, "dead_lettered": 1}
+        assert stats == {"added": 4, "completed": 3, "retried": 1, "dead_lettered": 1, "cancelled": 0}
         assert values[("zkqueue_puts_total", "/m/jobs")] == 4
         assert values[("zkqueue_consumed_total", "/m/jobs")] == 3
         assert values[("zkqueue_retries_total", "/m/jobs")] == 1

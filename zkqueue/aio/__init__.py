@@ -21,9 +21,11 @@ from zkqueue.aio.client import connect, disconnect
 from zkqueue.aio.flow import AsyncFlow
 from zkqueue.aio.flow_worker import AsyncFlowWorker
 from zkqueue.aio.jobs import AsyncJobQueue, AsyncTakeScope, JobDeadError
+from zkqueue.errors import JobCancelledError
 from zkqueue.aio.progress import AsyncJobContext, AsyncProgressConsumer
 from zkqueue.aio.queue import NOTHING, AsyncQueue
 from zkqueue.aio.worker import AsyncWorker, JobTimeoutError
 
 __all__ = ["NOTHING", "AsyncFlow", "AsyncFlowWorker", "AsyncJobContext", "AsyncJobQueue", "AsyncProgressConsumer",
-           "AsyncQueue", "AsyncTakeScope", "AsyncWorker", "JobDeadError", "JobTimeoutError", "connect", "disconnect"]
+           "AsyncQueue", "AsyncTakeScope", "AsyncWorker", "JobCancelledError", "JobDeadError", "JobTimeoutError", "connect",
+           "disconnect"]

@@ -11,9 +11,9 @@ setData, version-checked, advancing ``last_ms``/``next_ms``, with the job's reco
 of one repeat go in one such multi, up to :data:`COMMIT_CHUNK`; further chunks only after it). A scheduler that
 lost a race, or a definition replaced or cancelled meanwhile, fails the version check and adds nothing, so no fire
 time is ever handled twice. A fire time whose job id exists already only advances the repeat (counted as
-``skipped``): unfinished (a record in ``records/``), or finished (``completed/``, ``dead/``: it fired before, e.g.
-before a cancel and a re-add from a machine whose clock is behind); so ``<name>@<fire time>`` never runs twice while
-its finished record is kept.
+``skipped``): unfinished (a record in ``records/``), or finished (``completed/``, ``dead/``, ``cancelled/``: it fired
+before, e.g. before a cancel and a re-add from a machine whose clock is behind); so ``<name>@<fire time>`` never runs
+twice while its finished record is kept.
 
 What fires when the scheduler looks at time ``now`` and the repeat's next fire time ``next`` is at or before it:
 the *due* times are the schedule's times in ``[next, now]``. A due time before ``since - GRACE_MS`` (1 s,
@@ -276,9 +276,8 @@ class Scheduler:
 
     def _existing(self, ids: list[str]) -> tuple[set[str], set[str]]:
         """The ids among ``ids`` whose job is unfinished (a record in ``records/``), and those whose job finished
-        (completed or dead): either way that fire time was added before and must not fire again."""
-        paths = [(i, p) for i in ids for p in (self._paths.record(i), self._paths.finished(i, JobState.COMPLETED),
-                                               self._paths.finished(i, JobState.DEAD))]
+        (completed, dead or cancelled): either way that fire time was added before and must not fire again."""
+        paths = [(i, p) for i in ids for p in (self._paths.record(i), *self._paths.ended(i))]
         unfinished: set[str] = set()
         finished: set[str] = set()
         for (job_id, path), res in zip(paths, protocol.multi_read(self._client, [p for _i, p in paths])):

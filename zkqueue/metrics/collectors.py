@@ -44,6 +44,8 @@ GAUGES = {
     "retrying": ("retrying", "Jobs waiting for their next attempt."),
     "dead": ("dead", "Dead jobs (dead letters) kept."),
     "completed": ("completed", "Completed jobs kept."),
+    "cancelled": ("cancelled", "Cancelled jobs kept."),
+    "paused": ("paused", "1 while the job queue is paused (no job starts), else 0."),
     "quarantine": ("quarantined", "Nodes in the queue's quarantine."),
     "consumers": ("consumers", "Live lock-safe consumers (session fences)."),
     "flow_jobs": ("jobs", "Flow jobs kept (running and finished)."),
@@ -58,7 +60,7 @@ def gauge_families(rows: Iterable[Depth]) -> list[Metric]:
         for name, (field, _doc) in GAUGES.items():
             value = getattr(row, field)
             if value is not None and not (row.kind == "flow" and field != "jobs"):
-                families[name].add_metric([row.path, row.kind], value)
+                families[name].add_metric([row.path, row.kind], int(value) if isinstance(value, bool) else value)
     return list(families.values())
 
 

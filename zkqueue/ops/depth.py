@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import NoAuthError, NoNodeError
 
 from zkqueue.engine.leases import held_items
 from zkqueue.errors import QueuePermissionError
@@ -22,7 +22,10 @@ log = logging.getLogger("zkqueue.ops.depth")
 #: Most items listed to split a depth into its parts; above it, the parts are estimated from the lock nodes.
 LIST_LIMIT = 10_000
 
+#: The nodes that make a node a job queue (a queue from before cancel and pause has no ``cancelled``/``control``).
 JOB_PARTS = ("queue", "records", "dead", "completed")
+#: Where a job queue keeps its finished jobs' records (each counted in :func:`job_depth`).
+JOB_FINISHED_PARTS = ("dead", "completed", "cancelled")
 FLOW_PARTS = ("flows", "steps")
 #: Sibling nodes that belong to a queue, not queues of their own.
 QUEUE_SUFFIXES = ("-locks", "-quarantine", "-receipts", "-blobs", "-staging", "-producers")
@@ -31,8 +34,9 @@ QUEUE_SUFFIXES = ("-locks", "-quarantine", "-receipts", "-blobs", "-staging", "-
 @dataclass
 class Depth:
     """One queue's depth. ``items`` counts every child of the queue node; ``in_flight`` the items a lock-safe
-    consumer holds (exact when listed, else the number of lease nodes); ``retrying``, ``dead`` and ``completed``
-    are for job queues (``retrying`` None when not listed); ``jobs`` the flow jobs a flow keeps."""
+    consumer holds (exact when listed, else the number of lease nodes); ``retrying``, ``dead``, ``completed``,
+    ``cancelled`` and ``paused`` are for job queues (``retrying`` None when not listed); ``jobs`` the flow jobs a
+    flow keeps."""
 
     path: str
     kind: str
@@ -44,6 +48,8 @@ class Depth:
     retrying: int | None = None
     dead: int | None = None
     completed: int | None = None
+    cancelled: int | None = None
+    paused: bool | None = None
     jobs: int | None = None
     exact: bool = True
     #: The queue node's child version: +1 per child created or deleted, so between two looks
@@ -64,6 +70,21 @@ def _stat(client: KazooClient, path: str) -> Any:
 def _num_children(client: KazooClient, path: str) -> int | None:
     stat = _stat(client, path)
     return None if stat is None else stat.numChildren
+
+
+def job_paused(client: KazooClient, path: str) -> bool:
+    """Whether the job queue at ``path`` is paused: one read of its control node (none: not paused)."""
+    from zkqueue.jobs.control import is_paused  # noqa: PLC0415 - the job layer only when a job queue is looked at
+    from zkqueue.jobs.store import Paths  # noqa: PLC0415
+
+    control_path = Paths(naming.validate_queue_path(path)).control
+    try:
+        data, _stat = client.get(control_path)
+    except NoNodeError:
+        return False
+    except NoAuthError as exc:
+        raise QueuePermissionError(f"not allowed to read {control_path}: check auth and ACLs") from exc
+    return is_paused(data)
 
 
 def kind_of(client: KazooClient, path: str) -> str | None:
@@ -132,7 +153,8 @@ def queue_depth(client: KazooClient, path: str, *, lock_path: str | None = None,
 
 
 def job_depth(client: KazooClient, path: str) -> Depth:
-    """The depth of the job queue at ``path``: queued (pending), in flight (active), retrying, dead, completed."""
+    """The depth of the job queue at ``path``: queued (pending), in flight (active), retrying, dead, completed,
+    cancelled, and whether it is paused (one read of its control node)."""
     from zkqueue.jobs import names  # noqa: PLC0415 - the job layer only when a job queue is looked at
     from zkqueue.jobs.store import Paths  # noqa: PLC0415
 
@@ -146,9 +168,9 @@ def job_depth(client: KazooClient, path: str) -> Depth:
                        and p.kind == names.RETRY)
     return Depth(path=paths.root, kind="jobs", items=count, pending=count - in_flight - (retrying or 0),
                  in_flight=in_flight, quarantined=_num_children(client, paths.queue + "-quarantine") or 0,
-                 consumers=consumers, retrying=retrying, dead=_num_children(client, paths.dead) or 0,
-                 completed=_num_children(client, paths.completed) or 0, exact=exact,
-                 cversion=stat.cversion if stat else 0)
+                 consumers=consumers, retrying=retrying,
+                 **{part: _num_children(client, naming.join(paths.root, part)) or 0 for part in JOB_FINISHED_PARTS},
+                 paused=job_paused(client, paths.root), exact=exact, cversion=stat.cversion if stat else 0)
 
 
 def flow_depth(client: KazooClient, path: str) -> list[Depth]:

@@ -18,7 +18,7 @@ from kazoo.exceptions import NoNodeError
 from zkqueue.errors import ConfigurationError, JobNotFoundError, UnknownTaskError
 from zkqueue.formats.serializers import JsonSerializer
 from zkqueue.jobs import store
-from zkqueue.jobs.model import Job, JobState, check_timeout
+from zkqueue.jobs.model import Job, check_timeout
 from zkqueue.jobs.queue import JobQueue
 from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.tasks import naming
@@ -261,9 +261,8 @@ class App:
             return JobHandle(jq, queue, job_id, created=False, task=job.task)
         names = self.queue_names()
         paths = {name: store.Paths(naming.queue_path(self.namespace, name)) for name in names}
-        reads = [(name, path) for name in names for path in (
-            paths[name].record(job_id), paths[name].finished(job_id, JobState.COMPLETED),
-            paths[name].finished(job_id, JobState.DEAD))]
+        reads = [(name, path) for name in names
+                 for path in (paths[name].record(job_id), *paths[name].ended(job_id))]
         found = sorted({name for (name, _p), res in zip(reads, protocol.multi_read(self.client, [p for _n, p in reads]))
                         if not isinstance(res, BaseException)}) if reads else []
         if not found:

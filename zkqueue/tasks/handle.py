@@ -31,20 +31,36 @@ class JobHandle:
 
     @property
     def state(self) -> JobState | None:
-        """The job's state now (QUEUED, ACTIVE, RETRYING, COMPLETED or DEAD), or None if it is unknown."""
+        """The job's state now (QUEUED, ACTIVE, RETRYING, COMPLETED, DEAD or CANCELLED), or None if it is
+        unknown."""
         job = self.get()
         return job.state if job is not None else None
 
+    @property
+    def progress(self) -> Any:
+        """The progress its handler last reported (``job.report_progress(value)``), read now; None until one was,
+        or if the job is unknown."""
+        job = self.get()
+        return job.progress if job is not None else None
+
+    def cancel(self) -> bool:
+        """Cancel the job (:meth:`JobQueue.cancel <zkqueue.jobs.JobQueue.cancel>`): a waiting job becomes CANCELLED
+        at once; a running one is asked to stop and ends CANCELLED when its handler ends. True if it was cancelled
+        or asked to; False if it is unknown or already finished."""
+        return self.job_queue.cancel(self.id)
+
     def wait(self, timeout: float | None = None) -> Job:
-        """The job once it is finished (COMPLETED or DEAD), on a watch; :class:`~zkqueue.errors.WaitTimeoutError`
-        after ``timeout`` seconds (None: no limit), :class:`~zkqueue.errors.JobNotFoundError` if it is unknown."""
+        """The job once it is finished (COMPLETED, DEAD or CANCELLED), on a watch;
+        :class:`~zkqueue.errors.WaitTimeoutError` after ``timeout`` seconds (None: no limit),
+        :class:`~zkqueue.errors.JobNotFoundError` if it is unknown."""
         return self.job_queue.wait(self.id, timeout)
 
     def result(self, timeout: float | None = None) -> Any:
         """The job's result once it completes (a ZooKeeper watch wakes the wait: no polling). Raises
-        :class:`~zkqueue.errors.JobFailedError` (``.job``, ``.last_error``) when it ends dead,
-        :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``) after ``timeout`` seconds (None: no
-        limit), :class:`~zkqueue.errors.JobNotFoundError` if it is unknown."""
+        :class:`~zkqueue.errors.JobDeadError` (a :class:`~zkqueue.errors.JobFailedError`: ``.job``,
+        ``.last_error``) when it ends dead, :class:`~zkqueue.errors.JobCancelledError` (a ``JobFailedError`` too)
+        when it was cancelled, :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``) after ``timeout``
+        seconds (None: no limit), :class:`~zkqueue.errors.JobNotFoundError` if it is unknown."""
         return self.job_queue.wait_result(self.id, timeout)
 
     def __eq__(self, other: object) -> bool:

@@ -1,6 +1,7 @@
 """What the dashboard shows, read from ZooKeeper through the public APIs: the queues under the root with their
-depths and rates, a queue's head items and quarantine, a job queue's dead letters and one job's record; and the
-actions (retry, purge dead letters, redrive the quarantine)."""
+depths and rates, a queue's head items and quarantine, a job queue's queued, running and dead jobs, whether it is
+paused, and one job's record; and the actions (retry, purge dead letters, redrive the quarantine, pause and resume a
+job queue, cancel a job)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 from zkqueue.errors import ZkQueueError
 from zkqueue.formats import naming
 from zkqueue.ops import items
-from zkqueue.ops.depth import find_queues, kind_of
+from zkqueue.ops.depth import find_queues, job_paused, kind_of
 from zkqueue.ops.history import History, Sample
 
 log = logging.getLogger("zkqueue.ops.dashboard.data")
@@ -22,7 +23,8 @@ log = logging.getLogger("zkqueue.ops.dashboard.data")
 def job_dict(job: Any) -> dict[str, Any]:
     """A job (of a job queue) or a flow job as plain data for the page."""
     out = {"id": job.id, "state": job.state.value, "params": job.params}
-    for key in ("attempts", "result", "priority", "run", "pending", "steps", "results", "data"):
+    for key in ("attempts", "result", "priority", "progress", "headers", "run", "pending", "steps", "results",
+                "data"):
         if hasattr(job, key):
             out[key] = getattr(job, key)
     out["created_at"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created_at))
@@ -99,6 +101,18 @@ class DashboardData:
     def job_counts(self, path: str) -> dict[str, int]:
         return self.job_queue(path).counts()
 
+    def paused(self, path: str) -> bool:
+        """Whether the job queue at ``path`` is paused (read from its control node: no queue is started here)."""
+        return job_paused(self.client, path)
+
+    def queued(self, path: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The first ``limit`` jobs waiting to run, in run order."""
+        return [job_dict(j) for j in self.job_queue(path).queued(limit)]
+
+    def running(self, path: str) -> list[dict[str, Any]]:
+        """The jobs held by workers now, with their progress."""
+        return [job_dict(j) for j in self.job_queue(path).in_progress()]
+
     def flow_counts(self, path: str) -> dict[str, Any]:
         from zkqueue.flows import Flow  # noqa: PLC0415
 
@@ -129,6 +143,27 @@ class DashboardData:
     def purge_dead(self, path: str) -> int:
         with self._existing_job_queue(path) as jq:
             return jq.purge_dead(None)
+
+    def pause(self, path: str) -> str:
+        with self._existing_job_queue(path) as jq:
+            jq.pause()
+        return "paused"
+
+    def resume(self, path: str) -> str:
+        with self._existing_job_queue(path) as jq:
+            jq.resume()
+        return "resumed"
+
+    def cancel(self, path: str, job_id: str) -> str:
+        """Cancel job ``job_id``: "cancelled" (it was waiting), "cancel requested (running)" or "not found or
+        finished"."""
+        from zkqueue.jobs import JobState  # noqa: PLC0415
+
+        with self._existing_job_queue(path) as jq:
+            if not jq.cancel(job_id):
+                return "not found or finished"
+            job = jq.get(job_id)
+        return "cancelled" if job is not None and job.state is JobState.CANCELLED else "cancel requested (running)"
 
     def redrive(self, path: str) -> int:
         target = path + "/queue" if self.kind(path) == "jobs" else path

@@ -24,6 +24,8 @@ def _data() -> DashboardData:
 
 #: Most head items a queue's page shows (``n`` is clamped to it).
 MAX_PEEK = 500
+#: Most queued jobs a job queue's page lists (in run order; the counts have them all).
+MAX_LISTED = 50
 
 
 def _path() -> str:
@@ -100,6 +102,10 @@ def queue() -> str:
         context["quarantine"] = data.quarantine(path, serializer)
     if kind == "jobs":
         context["job_counts"] = data.job_counts(path)
+        context["paused"] = data.paused(path)
+        context["running"] = data.running(path)
+        context["queued"] = data.queued(path, MAX_LISTED)
+        context["max_listed"] = MAX_LISTED
         context["dead"] = data.dead_letters(path)
     return render_template("queue.html", **context)
 
@@ -156,6 +162,25 @@ def retry() -> Any:
 @views.route("/action/purge-dead", methods=["POST"])
 def purge_dead() -> Any:
     return _act("purge", _data().purge_dead, "purged {n} dead job(s)")
+
+
+@views.route("/action/pause", methods=["POST"])
+def pause() -> Any:
+    return _act("pause", _data().pause, "{n}: no job starts until it is resumed")
+
+
+@views.route("/action/resume", methods=["POST"])
+def resume() -> Any:
+    return _act("resume", _data().resume, "{n}: workers start jobs again")
+
+
+@views.route("/action/cancel", methods=["POST"])
+def cancel() -> Any:
+    job_id = request.form.get("job_id", "")
+    if not job_id:
+        _action_allowed()
+        abort(400, "a job_id is required")
+    return _act("cancel", lambda path: f"job {job_id}: {_data().cancel(path, job_id)}", "{n}")
 
 
 @views.route("/action/redrive", methods=["POST"])
