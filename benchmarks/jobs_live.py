@@ -21,13 +21,20 @@ while the worker works; the clock runs from the first add until every result is 
   (:func:`benchmarks.live_tasks.burn`, calibrated once per section), through ``zkqueue worker ... --pool thread
   --concurrency 2`` and ``--pool process --concurrency 2``.
 
+- ``raw_otel`` and ``task_otel`` (only with ``ZKQ_BENCH_OTEL=1`` in the environment, or ``--rows ...,otel``): the
+  ``raw`` and ``task`` rows with OpenTelemetry on (``zkqueue.otel.instrument()`` with an SDK ``TracerProvider`` and
+  a ``BatchSpanProcessor`` to an exporter that drops the spans: :func:`benchmarks.live_tasks.otel_tracing`) in the
+  producer and in the worker process: a ``send`` span per chunk, a ``process`` span per job. ``otel_cost`` gives
+  each one's median over its plain row's (no target).
+
 The task rows need ``zkqueue.App`` and the ``zkqueue worker`` command; while either is missing they are "n/a" with
 that reason. Every result is read back and checked after the clock stops; ``ok`` counts the correct ones and
 ``complete`` is true only if all are there within ``max_seconds``. Ratios of the medians, with their targets:
 raw / BullMQ >= 1.0, task / raw >= 0.9, process / thread >= 1.6.
 
-    python -m benchmarks.jobs_live [--jobs 5000] [--cpu-jobs 400] [--repeats 1] [--rows raw,bullmq,task,cpu]
-    python -m benchmarks.jobs_live worker --hosts HOSTS --queue PATH [--concurrency 8]     (the raw row's worker)
+    python -m benchmarks.jobs_live [--jobs 5000] [--cpu-jobs 400] [--repeats 1] [--rows raw,bullmq,task,cpu,otel]
+    python -m benchmarks.jobs_live worker --hosts HOSTS --queue PATH [--concurrency 8] [--otel]  (the raw row's worker)
+    ZKQ_BENCH_OTEL=1 python -m benchmarks --only jobs_live --no-spark --out DIR      (adds the OpenTelemetry rows)
 """
 
 from __future__ import annotations
@@ -68,6 +75,9 @@ NODE_DIR = Path(__file__).with_name(".node")
 
 ROWS = ("raw", "bullmq", "task", "cpu_thread", "cpu_process")
 TASK_ROWS = ("task", "cpu_thread", "cpu_process")
+#: The zkqueue rows with OpenTelemetry on (``$ZKQ_BENCH_OTEL`` = 1, or ``--rows ...,otel``), and the plain row each
+#: one's cost is measured against.
+OTEL_ROWS = {"raw_otel": "raw", "task_otel": "task"}
 #: The ratios: name -> (numerator row, denominator row, target).
 RATIOS = {"raw_bullmq": ("raw", "bullmq", 1.0), "task_raw": ("task", "raw", 0.9),
           "process_thread": ("cpu_process", "cpu_thread", 1.6)}
@@ -142,11 +152,13 @@ def _run_dict(row: str, count: int, ok: int, t0: float, t_added: float, t_end: f
 # Row 1: the raw JobQueue path
 
 
-def _run_raw_worker(hosts: str, queue: str, concurrency: int) -> int:
+def _run_raw_worker(hosts: str, queue: str, concurrency: int, otel: bool = False) -> int:
     """The raw row's worker process: ``JobQueue.work(double, concurrency)``; READY once working; stops when stdin
-    closes."""
+    closes. ``otel``: with OpenTelemetry on (the raw_otel row)."""
     from zkqueue.jobs import JobQueue  # noqa: PLC0415
 
+    if otel:
+        live_tasks.otel_tracing().__enter__()  # for the process's life
     client = _client(hosts)
     jq = JobQueue(client, queue)
     jq.start()
@@ -161,8 +173,9 @@ def _run_raw_worker(hosts: str, queue: str, concurrency: int) -> int:
     return 0
 
 
-def run_raw(hosts: str, s: LiveSettings) -> dict[str, Any]:
-    """One run of the raw row (see the module doc)."""
+def run_raw(hosts: str, s: LiveSettings, *, otel: bool = False) -> dict[str, Any]:
+    """One run of the raw row (see the module doc); ``otel``: the raw_otel row's worker (the caller instruments
+    this process)."""
     from zkqueue.jobs import JobQueue  # noqa: PLC0415
 
     path = f"/bench-live-{uuid.uuid4().hex[:8]}"
@@ -172,8 +185,8 @@ def run_raw(hosts: str, s: LiveSettings) -> dict[str, Any]:
     worker: WorkerProcess | None = None
     try:
         t_spawn = time.monotonic()
-        worker = WorkerProcess(["worker", "--hosts", hosts, "--queue", path, "--concurrency", str(s.concurrency)],
-                               command=[sys.executable, "-m", "benchmarks.jobs_live"])
+        worker = WorkerProcess(["worker", "--hosts", hosts, "--queue", path, "--concurrency", str(s.concurrency),
+                                *(["--otel"] if otel else [])], command=[sys.executable, "-m", "benchmarks.jobs_live"])
         if worker.expect("READY", 60.0) is None:
             raise RuntimeError(f"raw worker not ready in 60 s: {worker.stderr_tail()}")
         alive = lambda: worker.proc.poll() is None  # noqa: E731
@@ -194,7 +207,8 @@ def run_raw(hosts: str, s: LiveSettings) -> dict[str, Any]:
             worker.kill()  # cut short: the count below is the count at the cap
         results = {job.id: job.result for job in jq.completed()}
         ok = sum(1 for i in range(s.jobs) if results.get(f"j{i}") == live_tasks.double(i))
-        return _run_dict("raw", s.jobs, ok, t0, t_added, t_end, done_at is not None, worker_start,
+        return _run_dict("raw_otel" if otel else "raw", s.jobs, ok, t0, t_added, t_end, done_at is not None,
+                         worker_start,
                          chunk=s.chunk, concurrency=s.concurrency, version=_version("zkqueue"))
     finally:
         if worker is not None:
@@ -412,10 +426,11 @@ def _stored_result(handle: Any) -> Any:
 
 
 def run_task(hosts: str, s: LiveSettings, *, row: str = "task", pool: str | None = None,
-             command: list[str] | None = None, cpu_iters: int | None = None) -> dict[str, Any]:
+             command: list[str] | None = None, cpu_iters: int | None = None, otel: bool = False) -> dict[str, Any]:
     """One run of a task row: ``row="task"`` (trivial :func:`~benchmarks.live_tasks.double` jobs, ``s.jobs`` of
     them, concurrency ``s.concurrency``) or a CPU row (``cpu_iters`` steps of :func:`~benchmarks.live_tasks.burn`,
-    ``s.cpu_jobs`` jobs, ``--pool pool --concurrency s.cpu_concurrency``). Each run gets a fresh chroot."""
+    ``s.cpu_jobs`` jobs, ``--pool pool --concurrency s.cpu_concurrency``). Each run gets a fresh chroot. ``otel``:
+    the worker runs with OpenTelemetry on (``$ZKQ_BENCH_OTEL``; the caller instruments this process)."""
     from zkqueue.jobs.names import node_id  # noqa: PLC0415
 
     cpu = cpu_iters is not None
@@ -431,6 +446,7 @@ def run_task(hosts: str, s: LiveSettings, *, row: str = "task", pool: str | None
         task = tasks["burn" if cpu else "double"]
         args_of = (lambda i: (i, cpu_iters)) if cpu else (lambda i: (i,))
         env = dict(os.environ, ZKQUEUE_CONNECT=connect, PYTHONUNBUFFERED="1")
+        env[live_tasks.OTEL_ENV] = "1" if otel else "0"  # only the otel row's worker is instrumented
         env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         argv = [*(command or worker_command()), "worker", "benchmarks.live_app:app", "--queues", live_tasks.QUEUE,
                 "--concurrency", str(concurrency), *(["--pool", pool] if pool else [])]
@@ -510,16 +526,23 @@ def _bullmq_peer(stack: contextlib.ExitStack, na: dict[str, str]) -> tuple[Redis
     return None
 
 
-def run_section(zk_hosts: str, s: LiveSettings, rows: tuple[str, ...] = ROWS) -> dict[str, Any]:
+def run_section(zk_hosts: str, s: LiveSettings, rows: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The ``jobs_live`` section: every row of ``rows`` ``s.repeats`` times, interleaved (the order rotating per
     repeat); a summary (median, min, max, spread) per row, the ratios of the medians and their pass marks. Rows that
-    cannot run here are in ``na`` with the reason."""
+    cannot run here are in ``na`` with the reason. ``rows`` None: :data:`ROWS`, and the OpenTelemetry rows when
+    ``$ZKQ_BENCH_OTEL`` is 1."""
+    if rows is None:
+        rows = ROWS + (tuple(OTEL_ROWS) if os.environ.get(live_tasks.OTEL_ENV) == "1" else ())
     started = time.monotonic()
     na: dict[str, str] = {}
-    if any(r in TASK_ROWS for r in rows):
+    if any(r in TASK_ROWS or r == "task_otel" for r in rows):
         reason = task_api_missing()
         if reason:
-            na.update({r: reason for r in TASK_ROWS if r in rows})
+            na.update({r: reason for r in (*TASK_ROWS, "task_otel") if r in rows})
+    if any(r in OTEL_ROWS for r in rows):
+        reason = live_tasks.otel_missing()
+        if reason:
+            na.update({r: reason for r in OTEL_ROWS if r in rows})
     runs: dict[str, list[dict[str, Any]]] = {r: [] for r in rows}
     cpu_iters = live_tasks.calibrate(s.cpu_ms) if any(r.startswith("cpu_") and r not in na for r in rows) else None
     redis_version = None
@@ -528,7 +551,7 @@ def run_section(zk_hosts: str, s: LiveSettings, rows: tuple[str, ...] = ROWS) ->
         if peer is not None:
             redis_version = peer[0].version
         for r in range(s.repeats):
-            order = _rotate([x for x in ("raw", "bullmq", "task") if x in rows], r)
+            order = _rotate([x for x in ("raw", "bullmq", "task", *OTEL_ROWS) if x in rows], r)
             order += _rotate([x for x in ("cpu_thread", "cpu_process") if x in rows], r)
             for row in order:
                 if row in na:
@@ -541,6 +564,10 @@ def run_section(zk_hosts: str, s: LiveSettings, rows: tuple[str, ...] = ROWS) ->
                         run = run_bullmq(peer[0], peer[1], s)
                     elif row == "task":
                         run = run_task(zk_hosts, s)
+                    elif row in OTEL_ROWS:  # the producer (this process) instrumented too, for this run only
+                        with live_tasks.otel_tracing():
+                            run = (run_raw(zk_hosts, s, otel=True) if row == "raw_otel"
+                                   else run_task(zk_hosts, s, row=row, otel=True))
                     else:
                         run = run_task(zk_hosts, s, row=row, pool=row.removeprefix("cpu_"), cpu_iters=cpu_iters)
                 except Exception as exc:  # noqa: BLE001 - recorded; the other runs go on
@@ -555,8 +582,14 @@ def run_section(zk_hosts: str, s: LiveSettings, rows: tuple[str, ...] = ROWS) ->
         ratios[name] = round(a / b, 2) if a and b else None
         whole = all(x.get("complete") for x in runs.get(top, []) + runs.get(bottom, []))
         passed[name] = None if ratios[name] is None else (ratios[name] >= target and whole)
+    otel_cost: dict[str, float | None] = {}
+    for row, plain in OTEL_ROWS.items():  # jobs/s with OpenTelemetry on over jobs/s without (no target)
+        if row in rows:
+            a, b = (summary.get(row) or {}).get("median"), (summary.get(plain) or {}).get("median")
+            otel_cost[row] = round(a / b, 2) if a and b else None
     return {"status": "ok", "settings": asdict(s), "rows": list(rows), "runs": runs, "na": na, "summary": summary,
             "medians": {row: sm["median"] for row, sm in summary.items()}, "ratios": ratios, "pass": passed,
+            **({"otel_cost": otel_cost} if otel_cost else {}),
             "targets": {name: target for name, (_a, _b, target) in RATIOS.items()}, "cpu_iters": cpu_iters,
             "versions": {"zkqueue": _version("zkqueue"), "bullmq": BULLMQ_VERSION, "ioredis": IOREDIS_VERSION,
                          "node": _node_version(), "redis": redis_version},
@@ -570,22 +603,26 @@ def main(argv: list[str] | None = None) -> int:
         wp.add_argument("--hosts", required=True)
         wp.add_argument("--queue", required=True)
         wp.add_argument("--concurrency", type=int, default=8)
+        wp.add_argument("--otel", action="store_true", help="with OpenTelemetry on (the raw_otel row)")
         a = wp.parse_args(argv[1:])
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-        return _run_raw_worker(a.hosts, a.queue, a.concurrency)
+        return _run_raw_worker(a.hosts, a.queue, a.concurrency, a.otel)
     ap = argparse.ArgumentParser(prog="python -m benchmarks.jobs_live", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=LiveSettings.jobs)
     ap.add_argument("--chunk", type=int, default=LiveSettings.chunk)
     ap.add_argument("--cpu-jobs", type=int, default=LiveSettings.cpu_jobs)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--rows", default="raw,bullmq,task,cpu", help="comma-separated: raw, bullmq, task, cpu")
+    ap.add_argument("--rows", default="raw,bullmq,task,cpu",
+                    help="comma-separated: raw, bullmq, task, cpu, otel (raw_otel and task_otel: OpenTelemetry on)")
     ap.add_argument("--zk-hosts", help="use this ZooKeeper instead of starting an embedded 3-node ensemble")
     args = ap.parse_args(argv)
     wanted = {x.strip() for x in args.rows.split(",") if x.strip()}
-    if wanted - {"raw", "bullmq", "task", "cpu"}:
-        ap.error(f"--rows takes raw, bullmq, task and cpu; got {args.rows!r}")
+    if wanted - {"raw", "bullmq", "task", "cpu", "otel"}:
+        ap.error(f"--rows takes raw, bullmq, task, cpu and otel; got {args.rows!r}")
     rows = tuple(r for r in ROWS if r in wanted or (r.startswith("cpu_") and "cpu" in wanted))
+    if "otel" in wanted or os.environ.get(live_tasks.OTEL_ENV) == "1":
+        rows += tuple(r for r, plain in OTEL_ROWS.items() if plain in wanted)
     s = LiveSettings(jobs=args.jobs, chunk=args.chunk, cpu_jobs=args.cpu_jobs, repeats=args.repeats)
     with machine.ensemble_hosts(args.zk_hosts) as hosts:
         section = run_section(hosts, s, rows)

@@ -14,14 +14,19 @@ skipped while it does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
 log = logging.getLogger("zkqueue.benchmarks.live_tasks")
 
 #: The queue every task of the section runs on (the worker's ``--queues bench``).
 QUEUE = "bench"
+#: Set to 1, the ``jobs_live`` section adds the zkqueue rows with OpenTelemetry on (``raw_otel``, ``task_otel``):
+#: :func:`otel_tracing` in the producer and in the worker processes (the harness sets it for the otel rows' workers).
+OTEL_ENV = "ZKQ_BENCH_OTEL"
 #: Task names, fixed so that the harness's app and the worker's app name the same tasks.
 DOUBLE = "benchmarks.live_tasks.double"
 BURN = "benchmarks.live_tasks.burn"
@@ -70,3 +75,49 @@ def make_app(connect: str) -> tuple[Any, dict[str, Any]]:
     app = zkqueue.App(connect)
     tasks = {"double": app.task(queue=QUEUE, name=DOUBLE)(double), "burn": app.task(queue=QUEUE, name=BURN)(burn)}
     return app, tasks
+
+
+def otel_missing() -> str | None:
+    """Why the OpenTelemetry rows cannot run here (None when they can)."""
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401, PLC0415
+
+        import zkqueue.otel  # noqa: F401, PLC0415
+    except ImportError as exc:
+        return f"OpenTelemetry is not installed: pip install 'zkqueue[otel]' ({exc})"
+    return None
+
+
+@contextlib.contextmanager
+def otel_tracing() -> Iterator[Any]:
+    """``zkqueue.otel.instrument()`` with an SDK ``TracerProvider`` whose ``BatchSpanProcessor`` exports to an
+    exporter that drops the spans (counted): the cost of making and batching the spans, not of shipping them."""
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: PLC0415
+
+    import zkqueue.otel  # noqa: PLC0415
+
+    class Dropped(SpanExporter):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.count += len(spans)
+            return SpanExportResult.SUCCESS
+
+    exporter = Dropped()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    zkqueue.otel.instrument(tracer_provider=provider)
+    try:
+        yield exporter
+    finally:
+        zkqueue.otel.uninstrument()
+        provider.shutdown()
+        log.debug("OpenTelemetry: %d spans made and dropped", exporter.count)
+
+
+def otel_from_env() -> None:
+    """In a worker process: instrument for the rest of the process when ``$ZKQ_BENCH_OTEL`` is 1."""
+    if os.environ.get(OTEL_ENV) == "1":
+        otel_tracing().__enter__()  # for the process's life (its provider flushes at exit)

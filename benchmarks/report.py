@@ -233,12 +233,16 @@ LIVE_ROWS = (("raw", "zkqueue raw path: JobQueue.add_all per chunk, a JobQueue.w
              ("bullmq", "BullMQ {bullmq}: Queue.addBulk per chunk, a Worker(concurrency={concurrency}) process, "
                         "redis-server AOF everysec"),
              ("task", "zkqueue task path: enqueue_many per chunk, `zkqueue worker --concurrency {concurrency}`"),
+             ("raw_otel", "zkqueue raw path + otel: as the raw path, OpenTelemetry on in producer and worker"),
+             ("task_otel", "zkqueue task + otel: as the task path, OpenTelemetry on in producer and worker"),
              ("cpu_thread", "{cpu_jobs:,} CPU-bound jobs of {cpu_ms:g} ms: `zkqueue worker --pool thread "
                             "--concurrency {cpu_concurrency}`"),
              ("cpu_process", "{cpu_jobs:,} CPU-bound jobs of {cpu_ms:g} ms: `zkqueue worker --pool process "
                              "--concurrency {cpu_concurrency}`"))
 LIVE_RATIOS = (("raw_bullmq", "ratio zkqueue raw / BullMQ"), ("task_raw", "ratio task path / raw path"),
                ("process_thread", "ratio process pool / thread pool"))
+#: The cost of OpenTelemetry (rows run with ZKQ_BENCH_OTEL=1): jobs/s with it on over jobs/s without (no target).
+LIVE_OTEL = (("raw_otel", "ratio raw path with otel / without"), ("task_otel", "ratio task path with otel / without"))
 
 
 def jobs_live_table(report: dict[str, Any]) -> Table | None:
@@ -260,6 +264,10 @@ def jobs_live_table(report: dict[str, Any]) -> Table | None:
         ratio = sec.get("ratios", {}).get(key)
         verdict = {True: "[green]pass[/]", False: "[red]MISS[/]", None: "-"}[sec.get("pass", {}).get(key)]
         t.add_row(label, "n/a" if ratio is None else f"{ratio:.2f}x", f">= {sec['targets'][key]:.1f}x", verdict)
+    for key, label in LIVE_OTEL:
+        if key in sec.get("otel_cost", {}):
+            ratio = sec["otel_cost"][key]
+            t.add_row(label, "n/a" if ratio is None else f"{ratio:.2f}x", "", "")
     return t
 
 

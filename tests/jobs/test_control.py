@@ -131,6 +131,7 @@ def test_cancel_a_job_a_worker_holds_claimed_ahead_ends_it_without_running_it(zk
         wait_for(lambda: worker.stats()["held"] == 1, timeout=10)  # claimed ahead, its item under the lease
         assert jq.get("second").state is JobState.QUEUED
         assert jq.cancel("second") is True
+        assert jq.get("second").state is JobState.CANCELLED  # at once: the held job's start can only fail now
         release.set()
         job = jq.wait("second", timeout=10)
         assert job.state is JobState.CANCELLED and ran == ["first"]

@@ -11,8 +11,9 @@ queues on one path work together. How each call reaches ZooKeeper without blocki
   default 4), and concurrent ``add`` calls are coalesced on the loop into ``add_all`` batches (up to
   ``add_batch`` jobs): ten thousand adds are tens of round trips, not ten thousand threads or calls.
 - ``take``, ``work`` (claims wait for due jobs; completions are fenced multis), ``counts``, ``queued``,
-  ``in_progress``, ``dead_letters``, ``completed``, ``retry_dead``, ``purge_dead``, ``reap``, ``start`` and
-  ``close``: the sync call in that pool.
+  ``in_progress``, ``cancel``, ``pause``, ``resume``, ``dead_letters``, ``completed``, ``retry_dead``,
+  ``purge_dead``, ``reap``, ``start`` and ``close``: the sync call in that pool. ``paused``: the sync queue's
+  watched state (no I/O).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from zkqueue.aio.worker import AsyncHandler, AsyncWorker
 from zkqueue.engine.seams import Completion
 from zkqueue.errors import (  # JobDeadError: defined in zkqueue.errors, importable from here as before
     ConfigurationError,
+    JobCancelledError,
     JobDeadError,
     JobNotFoundError,
     QueueClosedError,
@@ -326,7 +328,7 @@ class AsyncJobQueue(Opened):
     async def get(self, job_id: str) -> Job | None:
         """:meth:`JobQueue.get` through one async multiRead: the job in any state, or None if unknown."""
         p = self.sync.paths
-        paths = [p.record(job_id), p.finished(job_id, JobState.COMPLETED), p.finished(job_id, JobState.DEAD)]
+        paths = [p.record(job_id), *p.ended(job_id)]
         for res in await from_kazoo(multi_read_async(self.client, paths)):
             if not isinstance(res, BaseException):
                 return self.sync.outcomes.view(Record.decode(res[0]))
@@ -335,8 +337,8 @@ class AsyncJobQueue(Opened):
     async def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
         """The result of job ``job_id`` once it completes: waits on ZooKeeper watches of its finished records
         (no polling). Raises :class:`~zkqueue.errors.JobDeadError` if it ends in the dead letters,
-        ``JobNotFoundError`` if there is no such job, :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``)
-        after ``timeout`` seconds."""
+        :class:`~zkqueue.errors.JobCancelledError` if it was cancelled, ``JobNotFoundError`` if there is no such
+        job, :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``) after ``timeout`` seconds."""
         try:
             async with asyncio.timeout(timeout):
                 return await self._wait_result(job_id)
@@ -347,7 +349,7 @@ class AsyncJobQueue(Opened):
 
     async def _wait_result(self, job_id: str) -> Any:
         p = self.sync.paths
-        finished = [p.finished(job_id, JobState.COMPLETED), p.finished(job_id, JobState.DEAD)]
+        finished = p.ended(job_id)  # completed, dead, cancelled
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
         wake = to_loop(loop, lambda *_a: changed.set())
@@ -368,6 +370,8 @@ class AsyncJobQueue(Opened):
                     job = self.sync.outcomes.view(Record.decode(data))
                     if job.state is JobState.DEAD:
                         raise JobDeadError(job)
+                    if job.state is JobState.CANCELLED:
+                        raise JobCancelledError(job)
                     return job.result
                 else:
                     if await from_kazoo(self.client.exists_async(p.record(job_id))) is None:
@@ -391,6 +395,30 @@ class AsyncJobQueue(Opened):
     async def in_progress(self) -> list[Job]:
         """:meth:`JobQueue.in_progress` (in the thread pool): the jobs held by workers now."""
         return await self.offloader.run(self.sync.in_progress)
+
+    # ------------------------------------------------------------------------------------------ control
+    async def cancel(self, job_id: str) -> bool:
+        """:meth:`JobQueue.cancel` (in the thread pool): a waiting job becomes CANCELLED at once, a running one gets
+        a cancel request (an async handler is cancelled); False for an unknown or finished job."""
+        self._check_open()
+        return await self.offloader.run(self.sync.cancel, job_id)
+
+    async def pause(self) -> None:
+        """:meth:`JobQueue.pause` (in the thread pool): no worker of any process starts a job until :meth:`resume`;
+        adds go on, running jobs finish."""
+        self._check_open()
+        await self.offloader.run(self.sync.pause)
+
+    async def resume(self) -> None:
+        """:meth:`JobQueue.resume` (in the thread pool)."""
+        self._check_open()
+        await self.offloader.run(self.sync.resume)
+
+    @property
+    def paused(self) -> bool:
+        """:attr:`JobQueue.paused`: whether the queue is paused, as this process last saw it (kept current by a
+        watch; no I/O)."""
+        return self.sync.paused
 
     def stats(self) -> dict[str, int]:
         """:meth:`JobQueue.stats` (counters in memory: no I/O)."""

@@ -28,8 +28,8 @@ from zkqueue.flows.handoff import Handoff, wait_connected
 from zkqueue.flows.model import FlowJob, FlowRecord, FlowState
 from zkqueue.flows.worker import FlowWorker
 from zkqueue.formats import naming
-from zkqueue.jobs import JobQueue, Keep, RetryPolicy, names
-from zkqueue.jobs.model import check_timeout
+from zkqueue.jobs import JobQueue, Keep, RetryPolicy, hooks, names
+from zkqueue.jobs.model import check_headers, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 from zkqueue.transport import protocol
 
@@ -189,20 +189,33 @@ class Flow:
             raise QueueStateError(f"flow {self.paths.root} was opened read-only")
 
     # ------------------------------------------------------------------------------------------ adding
-    def add(self, params: Any, job_id: str | None = None, *, step: str | None = None) -> str | None:
+    def add(self, params: Any, job_id: str | None = None, *, step: str | None = None,
+            headers: dict[str, Any] | None = None) -> str | None:
         """Start a flow job at ``step`` (default: the first step defined) with ``params`` (JSON); return its id, or
         None while a flow job with that id is running (it is left as it is). A finished id runs again. Each add
         stores its own token in the flow record: after a lost reply, it reads the record again (synced) and
-        knows its own write whatever state the job reached meanwhile, so the job does not run twice."""
+        knows its own write whatever state the job reached meanwhile, so the job does not run twice.
+
+        ``headers``: metadata of the flow job's step jobs (their ``Job.headers``, carried from step to step by the
+        hand-offs): a dict of JSON, at most 4 KiB (``zkqueue.otel`` puts the trace context there, so a flow job's
+        steps are one trace)."""
         self._check_writable()
         job_id = uuid.uuid4().hex if job_id is None else job_id
         names.node_id(job_id)  # checks the id
         if not self.definition.steps:
             raise ConfigurationError("the flow has no steps")
         first = self.definition.step(step) if step is not None else next(iter(self.definition.steps.values()))
+        step_paths = self.queue(first.name).paths
+        if hooks.installed is not None:  # a job hook (zkqueue.otel): the headers to store, around the add
+            return hooks.installed.adding(step_paths.root, [job_id], headers,  # type: ignore[no-any-return]
+                                          lambda stored: self._add(params, job_id, first, step_paths, stored))
+        return self._add(params, job_id, first, step_paths, headers)
+
+    def _add(self, params: Any, job_id: str, first: Step, step_paths: Any,
+             headers: dict[str, Any] | None) -> str | None:
+        headers = check_headers(headers)
         created = model.now_ms()
         token = uuid.uuid4().hex
-        step_paths = self.queue(first.name).paths
         lost = False  # a multi of ours may have committed without our hearing of it
         for attempt in range(20):
             try:
@@ -222,7 +235,8 @@ class Flow:
                 rec = FlowRecord(job_id, FlowState.RUNNING, params, run, steps={first.name: model.QUEUED},
                                  created_ms=created, updated_ms=created, add_token=token)
                 ops = [store.write_op(self.paths, rec, read[1] if read is not None else None, self._acl)]
-                ops += store.queue_ops(self.client, [step_paths], job_id, run, self._acl, stale=attempt > 0)
+                ops += store.queue_ops(self.client, [step_paths], job_id, run, self._acl, stale=attempt > 0,
+                                       headers=headers)
                 result = commit(self.client, ops)
             except CONNECTION_ERRORS as exc:
                 log.warning("adding flow job %s lost its connection (%r); checking", job_id, exc)
@@ -269,6 +283,30 @@ class Flow:
         if reaper is not None:
             reaper.start()
         return worker
+
+    # ------------------------------------------------------------------------------------------ control
+    def pause(self, steps: Sequence[str] | None = None) -> None:
+        """Pause every step (or ``steps``): flow jobs are still added and hand-offs still queue the next steps'
+        jobs, but no job of a paused step starts, in any process, until :meth:`resume` (running ones finish).
+        See :meth:`JobQueue.pause <zkqueue.jobs.JobQueue.pause>`."""
+        for name in self._control_steps(steps):
+            self.queue(name).pause()
+
+    def resume(self, steps: Sequence[str] | None = None) -> None:
+        """Resume every step (or ``steps``) after :meth:`pause`."""
+        for name in self._control_steps(steps):
+            self.queue(name).resume()
+
+    @property
+    def paused(self) -> dict[str, bool]:
+        """Per step: whether it is paused (as this process last saw it)."""
+        return {name: self.queue(name).paused for name in self.definition.steps}
+
+    def _control_steps(self, steps: Sequence[str] | None) -> list[str]:
+        self._check_writable()
+        if isinstance(steps, str):
+            steps = [steps]
+        return [self.definition.step(s).name for s in steps] if steps is not None else list(self.definition.steps)
 
     # ------------------------------------------------------------------------------------------ keeping
     def reap(self) -> int:

@@ -142,7 +142,7 @@ class Handoff:
         new, queue, cancel = definition.advance(self._defn, rec, ref.step, ending, self._entry(ref, status, token))
         ops = fence + [store.write_op(self._paths, new, version, self._acl)]
         ops += store.queue_ops(self._client, [self._step_paths(n) for n in queue], rec.id, rec.run, self._acl,
-                               stale=stale)
+                               stale=stale, headers=ref.record.headers)  # the next steps carry its headers
         ops += store.cancel_ops(self._client, [self._step_paths(n) for n in cancel if n != ref.step], rec.id,
                                 self._acl)
         if tally is not None:

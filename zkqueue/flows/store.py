@@ -86,9 +86,11 @@ def write_op(paths: Paths, rec: FlowRecord, version: int | None, acl: Any) -> An
 
 
 def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: int, acl: Any, *,
-              stale: bool = True) -> list[Any]:
+              stale: bool = True, headers: dict[str, Any] | None = None) -> list[Any]:
     """Ops that queue a step job for ``job_id``'s run ``run`` in each of ``step_paths``; with ``stale``, a job
-    record left there by an earlier run is looked for and deleted first (version-checked)."""
+    record left there by an earlier run is looked for and deleted first (version-checked). ``headers``: the step
+    jobs' headers (``Job.headers``: what :meth:`Flow.add <zkqueue.flows.Flow.add>` was given, then the finishing
+    step's, carried by each hand-off; OpenTelemetry's trace context travels there)."""
     paths = [p.record(job_id) for p in step_paths]
     found: list[Any] = protocol.multi_read(client, paths) if paths and stale else [NoNodeError()] * len(paths)
     ops: list[Any] = []
@@ -96,7 +98,7 @@ def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: 
     for sp, path, res in zip(step_paths, paths, found):
         if not isinstance(res, BaseException):
             ops.append(delete_op(path, res[1].version))
-        record = Record(id=job_id, state=JobState.QUEUED, params=params)
+        record = Record(id=job_id, state=JobState.QUEUED, params=params, headers=headers)
         ops.extend(job_store.add_ops(sp, record, [], acl))
     return ops
 

@@ -123,6 +123,8 @@ class JobClaims(ClaimHook):
         if read is None or isinstance(read, BaseException):
             return Completion.quarantine(f"job item without a readable record: {read!r}")
         record, version = read
+        if record.state is JobState.CANCELLED:  # cancelled while a worker held it ahead: it ends here, unrun
+            return store.finish(self._paths, record, version, JobState.CANCELLED, self._acl)
         if record.attempts >= self.max_attempts(record):
             log.warning("job %s used all %d attempts (its workers were lost); it goes to the dead letters",
                         record.id, record.attempts)

@@ -29,7 +29,7 @@ from zkqueue.engine.leases import held_items
 from zkqueue.engine.parking import parked_count
 from zkqueue.formats import naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
-from zkqueue.jobs import names, store
+from zkqueue.jobs import hooks, names, store
 from zkqueue.jobs.claims import JobClaims, OnExhausted
 from zkqueue.jobs.control import CancelListener, QueueControl, paused_data
 from zkqueue.jobs.model import (
@@ -235,9 +235,17 @@ class JobQueue:
         return self._add(list(jobs), delay=delay, run_at=run_at, priority=priority, timeout=timeout, task=task,
                          max_attempts=max_attempts, headers=headers)
 
-    def _add(self, jobs: list[tuple[str, Any]], *, delay: float | None, run_at: datetime | None,
-             priority: int, timeout: float | None = None, task: str | None = None,
-             max_attempts: int | None = None, headers: dict[str, Any] | None = None) -> list[str]:
+    def _add(self, jobs: list[tuple[str, Any]], *, headers: dict[str, Any] | None = None,
+             **options: Any) -> list[str]:
+        if hooks.installed is None:
+            return self._add_now(jobs, headers=headers, **options)
+        self._check_started()  # a job hook (zkqueue.otel): it gives the headers to store and wraps the add
+        return hooks.installed.adding(self.paths.root, [job_id for job_id, _params in jobs], headers,
+                                      lambda stored: self._add_now(jobs, headers=stored, **options))
+
+    def _add_now(self, jobs: list[tuple[str, Any]], *, delay: float | None, run_at: datetime | None,
+                 priority: int, timeout: float | None = None, task: str | None = None,
+                 max_attempts: int | None = None, headers: dict[str, Any] | None = None) -> list[str]:
         self._check_started()
         headers = check_headers(headers)
         timeout = check_timeout(timeout)
@@ -391,8 +399,10 @@ class JobQueue:
         """Cancel job ``job_id``. A job waiting to run (queued, parked for later, or waiting for a retry) becomes
         CANCELLED at once, in one multi: its item and record go, the record is kept in ``cancelled/`` and the id
         is free again. A running job gets a cancel request: its handler sees ``job.cancel_requested`` (an async
-        handler is cancelled) and the attempt ends CANCELLED when the handler ends, whatever it returns. True if it
-        was cancelled or the request made (or made before); False for an unknown or finished job."""
+        handler is cancelled) and the attempt ends CANCELLED when the handler ends, whatever it returns. A waiting
+        job that a worker holds claimed ahead of its free slots is CANCELLED in its record at once, and ends when
+        that worker would start it (its start fails; it never runs). True if it was cancelled or the request made (or made before); False for an unknown or
+        finished job. Take scopes and flows do not look at requests: a job they hold ends as they decide."""
         self._check_started()
         path = self.paths.record(job_id)
         for _try in range(_CANCEL_TRIES):
@@ -409,13 +419,19 @@ class JobQueue:
                     continue
                 ops = store.cancel_ops(self.paths, record, stat.version, item, self._acl)
             res = self._engine.commit_groups([ops])[0]
+            requested = record.state is JobState.ACTIVE
+            if not res.ok and not requested and res.op == 0 and isinstance(res.error, NotEmptyError):
+                # its item is held under a lease by a worker that claimed it ahead: the record says CANCELLED now,
+                # so that worker's start (version-checked) fails and gives it back, and the claim that meets it
+                # next ends it (JobClaims), without running it
+                res = self._engine.commit_groups([store.cancel_held_ops(self.paths, record, stat.version)])[0]
             if res.ok:
-                if record.state is not JobState.ACTIVE:
+                if not requested:
                     self._outcomes.count("cancelled")
                 log.info("job %s of %s %s", job_id, self.paths.root,
-                         "has a cancel request" if record.state is JobState.ACTIVE else "was cancelled")
+                         "has a cancel request" if requested else "was cancelled")
                 return True
-            if record.state is JobState.ACTIVE and isinstance(res.error, NodeExistsError) and res.op == 1:
+            if requested and isinstance(res.error, NodeExistsError) and res.op == 1:
                 return True  # requested before
             if not isinstance(res.error, (NoNodeError, BadVersionError, NodeExistsError, NotEmptyError)):
                 raise QueueStateError(f"cancelling job {job_id!r} of {self.paths.root} failed: {res.error!r}")

@@ -153,6 +153,13 @@ def cancel_ops(paths: Paths, record: Record, version: int, item_path: str, acl: 
     ]
 
 
+def cancel_held_ops(paths: Paths, record: Record, version: int) -> list[Any]:
+    """Ops that cancel a waiting job whose item a worker holds claimed ahead (its item cannot be deleted under the
+    lease): its record says CANCELLED (version-checked), so the holder's start fails, and the next claim of the
+    item ends it (:class:`~zkqueue.jobs.claims.JobClaims`)."""
+    return [protocol.SetDataOp(paths.record(record.id), record.moved(JobState.CANCELLED).encode(), version)]
+
+
 def cancel_request_ops(paths: Paths, record: Record, version: int, acl: Any) -> list[Any]:
     """Ops that ask the worker running a job (its record ACTIVE at ``version``) to cancel it."""
     return [check_op(paths.record(record.id), version),
@@ -206,5 +213,5 @@ def due_at(delay: float | None, run_at: datetime | None = None) -> int:
     return 0 if not delay or delay <= 0 else now_ms() + int(delay * 1000)
 
 
-__all__ = ["FINISHED", "ITEM_DATA", "Paths", "add_ops", "cancel_ops", "cancel_request_ops", "claim_ops", "due_at",
-           "finish", "item_name", "progress_ops", "redrive_ops", "retry", "unclaim"]
+__all__ = ["FINISHED", "ITEM_DATA", "Paths", "add_ops", "cancel_held_ops", "cancel_ops", "cancel_request_ops",
+           "claim_ops", "due_at", "finish", "item_name", "progress_ops", "redrive_ops", "retry", "unclaim"]

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, Sequence
 
 from zkqueue.errors import ConfigurationError, JobTimeoutError, QueueClosedError
+from zkqueue.jobs import hooks
 from zkqueue.jobs.model import Job, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT, JobQueue
 from zkqueue.jobs.running import UNSET, RunningJob
@@ -420,11 +421,17 @@ class Worker:
             self.counts["failed"] += 1
             self._end(held, queue.outcomes.failure(held.claimed, exc))
             return
+        if route.end is None and queue.cancel_requested(job.id):  # cancelled while it waited here: never runs
+            self.counts["cancelled"] += 1
+            self._end(held, queue.outcomes.cancelled(held.claimed))
+            return
         timeout = next((t for t in (held.record.timeout, route.timeout, self._timeout) if t is not None), None)
         on_settled = (self._settled if route.end is None
                       else functools.partial(self._settled, end=route.end, executor=route.end_executor))
         attempt = Attempt(queue, held, job, route.call, timeout, on_settled, route.policy, route.driver,
                           on_begin=self._begun)
+        if hooks.installed is not None:  # a job hook (zkqueue.otel) follows the attempt (see zkqueue.jobs.hooks)
+            hooks.follow(attempt, queue.paths.root, getattr(route.driver, "name", ""))
         if route.end is None:  # a layer that ends its jobs itself (flows) takes no cancels
             attempt.running = job._running = RunningJob(
                 job.id, self._progress_waits, functools.partial(queue.write_progress, held),
