@@ -390,9 +390,22 @@ def main(argv: list[str] | None = None) -> int:
     if live is None:
         print(f"{args[0]}: no jobs live rows", file=sys.stderr)
         return 1
+    print(run_line(report, args[0]))
+    print()
     head = ["jobs live", "jobs/s", "target", "pass"]
     print(table_markdown(live, head))
     return 0
+
+
+def run_line(report: dict[str, Any], path: str) -> str:
+    """When and how a results file's run ran, as the README's sentence before its table."""
+    started = str(report.get("started", "?"))[:16].replace("T", " ")
+    live = report.get("jobs_live") or {}
+    repeats = (live.get("settings") or {}).get("repeats", "?")
+    load = (report.get("machine") or {}).get("load_at_start") or []
+    loads = "/".join(f"{x:.2f}" for x in load) if load else "?"
+    return (f"Run of {started} UTC (median of {repeats}, {report.get('duration_s', '?'):.0f} s, `{path}`; the table "
+            f"is `python -m benchmarks.report {path}`), load average {loads} at the start:")
 
 
 def write_json(report: dict[str, Any], directory: Path, stamp: str) -> Path:

@@ -154,6 +154,54 @@ def test_a_request_left_by_a_job_that_ended_first_does_not_cancel_its_next_run(z
         worker.stop()
 
 
+def test_the_reaper_deletes_requests_left_by_jobs_that_ended_first(zk_client) -> None:
+    with job_queue(zk_client) as jq:
+        jq.add_all([("j1", 1), ("j2", 2)])
+        with jq.take(max_jobs=2, timeout=5) as jobs:
+            assert jq.cancel("j1") is True and jq.cancel("j2") is True  # the scope does not look at requests
+            jobs[0].complete(None)
+            # j2 still held: its request must stay
+        assert sorted(zk_client.get_children(f"{PATH}/cancels")) == ["j1", "j2"]
+        assert jq.reap() == 2  # both jobs ended: their requests are stale
+        assert zk_client.get_children(f"{PATH}/cancels") == []
+
+
+def test_a_progress_write_whose_reply_was_lost_does_not_make_the_job_run_again(zk_client, monkeypatch) -> None:
+    from kazoo.exceptions import ConnectionLoss
+
+    import zkqueue.jobs.queue as queue_module
+
+    real = queue_module.write_held
+    lost: list[int] = []
+
+    def write_then_lose_the_reply(held, ops, record):  # the write commits; its reply is lost once
+        before = held.record, held.version
+        ok = real(held, ops, record)
+        if not lost:
+            lost.append(held.version)
+            held.record, held.version = before  # as if the reply never came
+            raise ConnectionLoss()
+        return ok
+
+    monkeypatch.setattr(queue_module, "write_held", write_then_lose_the_reply)
+    runs: list[int] = []
+
+    def handler(job):
+        runs.append(job.attempts)
+        job.report_progress(1)
+        time.sleep(3 * PROGRESS_INTERVAL)  # the write (and its lost reply) happens meanwhile
+        job.report_progress(2)
+        return "done"
+
+    with job_queue(zk_client) as jq:
+        jq.add("x", job_id="lost")
+        worker = jq.work(handler)
+        job = jq.wait("lost", timeout=10)
+        worker.stop()
+        assert lost and job.state is JobState.COMPLETED and job.result == "done" and job.progress == 2
+        assert runs == [1]  # the end built on the committed write's version: no release, no second run
+
+
 # ---------------------------------------------------------------------------------------------- pause
 def test_pause_starts_nothing_until_resume(zk_client) -> None:
     ran: list[str] = []

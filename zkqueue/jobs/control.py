@@ -24,11 +24,13 @@ import threading
 from typing import Any, Callable
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from zkqueue.engine.commit import check_op
 from zkqueue.jobs import names
 from zkqueue.jobs.model import now_ms
+from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.jobs.control")
 
@@ -156,4 +158,28 @@ class QueueControl:
         return stop
 
 
-__all__ = ["CancelListener", "QueueControl", "is_paused", "paused_data"]
+def reap_requests(client: KazooClient, cancels_path: str, record_path: Callable[[str], str]) -> int:
+    """Delete the cancel requests whose job has no unfinished record any more (it ended before its worker saw the
+    request, or the request's own delete was lost): one listing, one pipelined read, a version-checked delete
+    each. Returns how many were deleted. (An add of the same id deletes its stale request too, in its multi.)"""
+    children = client.get_children(cancels_path)
+    if not children:
+        return 0
+    requests = [f"{cancels_path}/{c}" for c in children]
+    records = [record_path(names.job_id_of(c)) for c in children]
+    reads = protocol.multi_read(client, records + requests)
+    stale = [(path, req[1].version) for path, rec, req in zip(requests, reads[:len(records)], reads[len(records):])
+             if isinstance(rec, NoNodeError) and not isinstance(req, BaseException)]
+    deleted = 0
+    for path, version in stale:
+        try:
+            client.delete(path, version=version)
+            deleted += 1
+        except (NoNodeError, BadVersionError):  # gone or new meanwhile
+            pass
+    if deleted:
+        log.info("deleted %d cancel request(s) of finished jobs under %s", deleted, cancels_path)
+    return deleted
+
+
+__all__ = ["CancelListener", "QueueControl", "is_paused", "paused_data", "reap_requests"]

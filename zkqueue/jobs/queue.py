@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, NotEmptyError
 
+from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.engine.queue import DistributedQueue
 from zkqueue.errors import (
     ConfigurationError,
@@ -31,7 +32,7 @@ from zkqueue.formats import naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
 from zkqueue.jobs import hooks, names, store
 from zkqueue.jobs.claims import JobClaims, OnExhausted
-from zkqueue.jobs.control import CancelListener, QueueControl, paused_data
+from zkqueue.jobs.control import CancelListener, QueueControl, paused_data, reap_requests
 from zkqueue.jobs.model import (
     Job,
     JobState,
@@ -172,7 +173,8 @@ class JobQueue:
         self._reaper = Reaper(self._client, [(self.paths.completed, self._keep_completed),
                                              (self.paths.cancelled, self._keep_completed),
                                              (self.paths.dead, self._keep_dead)],
-                              self._reap_interval, f"zkqueue-reaper-{self.paths.root}")
+                              self._reap_interval, f"zkqueue-reaper-{self.paths.root}",
+                              chores=[self._reap_requests])
         self._reaper.start()
         self._scheduler = Scheduler(self._client, self.paths, self._engine, self._acl,
                                     on_added=lambda n: self._outcomes.count("added", n))
@@ -452,9 +454,18 @@ class JobQueue:
                     return naming.join(parent, name)
         return None
 
-    def cancel_requested(self, job_id: str) -> bool:
-        """Whether a cancel of the running job ``job_id`` is requested (a seam for the workers)."""
-        return self._control.cancel_requested(job_id)
+    def cancel_requested(self, job_id: str, *, confirm: bool = False) -> bool:
+        """Whether a cancel of the running job ``job_id`` is requested (a seam for the workers): as the watch last
+        saw the requests, and with ``confirm`` also read again now (only when the watch says so), for a worker
+        about to end the job CANCELLED: a request the watch still shows may have been deleted since (an add of
+        the id deletes a request its earlier run left), and the end deletes it in its multi."""
+        if not self._control.cancel_requested(job_id):
+            return False
+        if not confirm:
+            return True
+        stat = self._look(lambda: self._client.exists(self.paths.cancel_request(job_id)),
+                          f"reading job {job_id}'s cancel request")
+        return stat is not None
 
     def on_cancel_requests(self, listener: CancelListener) -> Callable[[], None]:
         """Call ``listener(ids)`` (on kazoo's event thread; it must not block) with the ids of running jobs whose
@@ -466,7 +477,15 @@ class JobQueue:
         (a seam for the workers, which throttle it: :mod:`zkqueue.jobs.running`); False when the lease or the
         record moved on."""
         updated, ops = store.progress_ops(self.paths, replace(held.record, progress=progress), held.version)
-        return write_held(held, ops, updated)
+        try:
+            return write_held(held, ops, updated)
+        except CONNECTION_ERRORS:  # the reply was lost: the record says whether it committed
+            path = self.paths.record(held.record.id)
+            data, stat = self._look(lambda: self._client.get(path), f"reading job {held.record.id}")
+            if stat.version == held.version + 1 and Record.decode(data).progress == progress:
+                held.record, held.version = Record.decode(data), stat.version  # it did: the end builds on it
+                return True
+            return stat.version == held.version  # it did not (written again, or folded into the end)
 
     # ------------------------------------------------------------------------------------------ looking
     def _look(self, call: Callable[[], Any], what: str) -> Any:
@@ -644,7 +663,12 @@ class JobQueue:
     def reap(self) -> int:
         """Apply ``keep_completed`` and ``keep_dead`` now (the reaper also does every ``reap_interval``)."""
         return (reap(self._client, self.paths.completed, self._keep_completed)
-                + reap(self._client, self.paths.dead, self._keep_dead))
+                + reap(self._client, self.paths.cancelled, self._keep_completed)
+                + reap(self._client, self.paths.dead, self._keep_dead) + self._reap_requests())
+
+    def _reap_requests(self) -> int:
+        """Delete cancel requests left by jobs that ended first (see :func:`zkqueue.jobs.control.reap_requests`)."""
+        return reap_requests(self._client, self.paths.cancels, self.paths.record)
 
     def __repr__(self) -> str:
         return f"JobQueue(path={self.paths.root!r}, retry={self.retry!r})"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from zkqueue.engine.commit import delete_op
 from zkqueue.errors import ConfigurationError
@@ -63,11 +63,14 @@ def reap(client: Any, parent: str, keep: Keep) -> int:
 
 
 class Reaper:
-    """Runs :func:`reap` over ``(parent, keep)`` pairs every ``interval`` seconds on a daemon thread."""
+    """Runs :func:`reap` over ``(parent, keep)`` pairs every ``interval`` seconds on a daemon thread, and each of
+    ``chores`` (more clean-ups of the same kind: ``chore() -> how many nodes it deleted``)."""
 
-    def __init__(self, client: Any, targets: list[tuple[str, Keep]], interval: float, name: str) -> None:
+    def __init__(self, client: Any, targets: list[tuple[str, Keep]], interval: float, name: str,
+                 chores: Sequence[Callable[[], int]] = ()) -> None:
         self._client = client
         self._targets = targets
+        self._chores = list(chores)
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -87,3 +90,9 @@ class Reaper:
                     reap(self._client, parent, keep)
                 except Exception:  # never dies; tried again next interval
                     log.warning("reaping %s failed (tried again in %.0fs)", parent, self._interval, exc_info=True)
+            for chore in self._chores:
+                try:
+                    chore()
+                except Exception:  # never dies; tried again next interval
+                    log.warning("a clean-up of the reaper failed (tried again in %.0fs)", self._interval,
+                                exc_info=True)

@@ -411,7 +411,15 @@ class Worker:
             started = queue.start_many(helds)
             launched.update(id(h) for h in helds)  # started, or given back by start_many
             for held in started:
-                self._launch(queue, held)
+                try:
+                    self._launch(queue, held)
+                except Exception:  # a bug of ours, or a read that waited too long: it goes back uncounted
+                    log.exception("launching job %s of %s failed; it is given back", held.record.id,
+                                  queue.paths.root)
+                    with self._cond:
+                        self.counts["returned"] += 1
+                        self._ends.append((held, queue.outcomes.unstarted(held.claimed)))
+                        self._cond.notify_all()
 
     def _launch(self, queue: JobQueue, held: HeldJob) -> None:
         try:
@@ -421,7 +429,7 @@ class Worker:
             self.counts["failed"] += 1
             self._end(held, queue.outcomes.failure(held.claimed, exc))
             return
-        if route.end is None and queue.cancel_requested(job.id):  # cancelled while it waited here: never runs
+        if route.end is None and queue.cancel_requested(job.id, confirm=True):  # cancelled while it waited: unrun
             self.counts["cancelled"] += 1
             self._end(held, queue.outcomes.cancelled(held.claimed))
             return
@@ -445,7 +453,19 @@ class Worker:
             self._running.add(attempt)
             self.peak_in_flight = max(self.peak_in_flight, len(self._running))
             self._started_jobs += 1
-        route.driver.submit(attempt)
+        try:
+            route.driver.submit(attempt)
+        except Exception:  # e.g. its event loop is closed: the worker cannot run jobs any more and winds down
+            log.critical("job %s of %s could not be handed to the %s driver; it is given back uncounted and the "
+                         "worker stops", job.id, queue.paths.root, getattr(route.driver, "name", "?"), exc_info=True)
+            with self._cond:
+                self._running.discard(attempt)
+                self._started_jobs -= 1
+                self.counts["returned"] += 1
+                self._returns.append((held, queue.outcomes.unstarted(held.claimed)))
+                self._stopping.set()  # no more claims: the claimers end, then the give-backs are committed
+                self._cond.notify_all()
+            return
         if attempt.running is not None and queue.cancel_requested(job.id):  # requested before it started
             attempt.running.request_cancel()
 
@@ -503,7 +523,8 @@ class Worker:
             elif attempt.how == GIVEN_BACK:
                 completion = None
                 self.counts["given_back"] += 1
-            elif run is not None and run.cancel_requested:  # ended after a cancel request: whatever it returned
+            elif run is not None and run.cancel_requested and queue.cancel_requested(attempt.job.id, confirm=True):
+                # ended after a cancel request (still there: the end deletes it): whatever it returned
                 self.counts["cancelled"] += 1
                 completion = queue.outcomes.cancelled(held.claimed)
             elif own is not None:
@@ -520,22 +541,24 @@ class Worker:
         except Exception:  # a bug of ours: give the job back rather than lose it
             log.exception("deciding the end of job %s failed; it is given back", attempt.job.id)
             completion = None
-        if own is not None and attempt.how == RAN:
-            self._end_itself(attempt, own)
-        with self._cond:
-            self._running.discard(attempt)
-            if own is not None:
-                if attempt.how != RAN:  # timed out (on the dispatcher): the finisher commits it
-                    self._own_ends.append((attempt, own))
-            elif completion is None:
-                self._releases.append(held)
-            elif attempt.how == GIVEN_BACK:
-                self._returns.append((held, completion))
-            else:
-                self._ends.append((held, completion))
-            if self.max_jobs is not None and self._started_jobs >= self.max_jobs and not self._running:
-                self._stopping.set()  # max_jobs started and ended: the worker is done
-            self._cond.notify_all()
+        try:
+            if own is not None and attempt.how == RAN:
+                self._end_itself(attempt, own)
+        finally:  # whatever the route's end raised, the slot is freed and the end queued: a stop never hangs on it
+            with self._cond:
+                self._running.discard(attempt)
+                if own is not None:
+                    if attempt.how != RAN:  # timed out (on the dispatcher): the finisher commits it
+                        self._own_ends.append((attempt, own))
+                elif completion is None:
+                    self._releases.append(held)
+                elif attempt.how == GIVEN_BACK:
+                    self._returns.append((held, completion))
+                else:
+                    self._ends.append((held, completion))
+                if self.max_jobs is not None and self._started_jobs >= self.max_jobs and not self._running:
+                    self._stopping.set()  # max_jobs started and ended: the worker is done
+                self._cond.notify_all()
         if self._log_jobs:  # once its slot is free: the dispatcher need not wait for the line
             log.info("%s %s[%s] %s in %.3fs%s", queue.paths.root, attempt.job.task or "job", attempt.job.id,
                      attempt.how if attempt.how != RAN else "cancelled" if run is not None and run.cancel_requested
