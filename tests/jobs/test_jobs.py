@@ -333,6 +333,40 @@ def test_ctrl_c_in_a_take_gives_the_jobs_back_uncounted_and_decided_ones_are_com
         assert jq.get("y").state is JobState.COMPLETED
 
 
+def test_a_take_scope_that_fails_to_enter_gives_back_what_it_claimed(zk_client, monkeypatch) -> None:
+    from kazoo.exceptions import ConnectionLoss
+
+    from zkqueue.engine.queue import DistributedQueue
+    from zkqueue.formats.serializers import StrSerializer
+
+    with JobQueue(zk_client, PATH, serializer=StrSerializer()) as other:
+        assert other.add("not json {", "odd") == "odd"
+    with JobQueue(zk_client, PATH, retry=RetryPolicy(max_attempts=5)) as jq:
+        assert jq.add({"n": 1}, "fine") == "fine"
+        real = DistributedQueue.complete_nodes
+        calls: list[int] = []
+
+        def fail_once(self, outcomes):  # the dead letter of the unreadable job cannot be committed this once
+            calls.append(len(outcomes))
+            if len(calls) == 1:
+                raise ConnectionLoss()
+            return real(self, outcomes)
+
+        monkeypatch.setattr(DistributedQueue, "complete_nodes", fail_once)
+        with pytest.raises(ConnectionLoss):
+            with jq.take(max_jobs=2, timeout=5):
+                pytest.fail("the scope must not be entered")
+        assert calls == [1, 2]  # the failed dead letter, then the give-back of both jobs the scope held
+        for job_id in ("fine", "odd"):
+            job = jq.get(job_id)
+            assert job.state is JobState.QUEUED and job.attempts == 0, job  # given back, attempt uncounted
+        assert jq.counts()["active"] == 0
+        monkeypatch.setattr(DistributedQueue, "complete_nodes", real)
+        with jq.take(max_jobs=2, timeout=5) as jobs:  # the odd one goes to the dead letters now
+            assert [j.id for j in jobs] == ["fine"]
+        assert jq.get("odd").state is JobState.DEAD
+
+
 def test_a_take_sends_a_job_with_undecodable_params_to_the_dead_letters_and_returns_the_others(zk_client) -> None:
     from zkqueue.formats.serializers import StrSerializer
 

@@ -88,23 +88,42 @@ class TakeScope:
         running, timeout = self._claims.wait_running(self._timeout)
         if not running:  # paused all along
             return []
-        unreadable: list[Outcome] = []
-        for o in self._engine.claim_nodes(self._max_jobs, timeout):
-            claimed = self._claims.take(o.held.path) if o.held is not None else None
-            if claimed is None:  # cannot happen: the claim hook ran for every node it returned
-                log.error("claimed node %s has no claimed record; giving it back", o.name)
-                self._engine.release_nodes([o])
-                continue
-            try:
-                job = self._outcomes.job(claimed.record)
-            except UndecodableParamsError as exc:  # it cannot run: dead now, not handed to the caller
-                o.completion = self._outcomes.failure(claimed, exc)
-                unreadable.append(o)
-                continue
-            self._held.append((o, claimed, ClaimedJob.of(job)))
-        if unreadable:
-            self._engine.complete_nodes(unreadable)
+        unreadable: list[tuple[Outcome, Claimed]] = []
+        claimed_nodes = self._engine.claim_nodes(self._max_jobs, timeout)
+        try:
+            for o in claimed_nodes:
+                claimed = self._claims.take(o.held.path) if o.held is not None else None
+                if claimed is None:  # cannot happen: the claim hook ran for every node it returned
+                    log.error("claimed node %s has no claimed record; giving it back", o.name)
+                    self._engine.release_nodes([o])
+                    continue
+                try:
+                    job = self._outcomes.job(claimed.record)
+                except UndecodableParamsError as exc:  # it cannot run: dead now, not handed to the caller
+                    o.completion = self._outcomes.failure(claimed, exc)
+                    unreadable.append((o, claimed))
+                    continue
+                self._held.append((o, claimed, ClaimedJob.of(job)))
+            if unreadable:
+                self._engine.complete_nodes([o for o, _c in unreadable])
+        except BaseException:  # the scope is not entered, so its exit never runs: give back what it holds
+            self._give_back_held(unreadable)
+            raise
         return [job for _o, _c, job in self._held]
+
+    def _give_back_held(self, unreadable: list[tuple[Outcome, Claimed]]) -> None:
+        """Give back every job this scope holds (and the unreadable ones whose dead letter did not commit), their
+        attempts uncounted."""
+        held = [(o, claimed) for o, claimed, _job in self._held] + unreadable
+        self._held = []
+        for o, claimed in held:
+            o.completion = self._outcomes.unstarted(claimed)
+        try:
+            if held:
+                self._engine.complete_nodes([o for o, _c in held])
+        except Exception:  # their leases end with the session
+            log.warning("giving back %d job(s) of a take scope that could not be entered failed", len(held),
+                        exc_info=True)
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if not self._held:
