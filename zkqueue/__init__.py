@@ -19,8 +19,7 @@ Layers, bottom up (each a subpackage):
 - ``ops``: the command line, queue counts, the demo.
 - ``server``: the embedded ZooKeeper ensemble, its jars and the test kit.
 
-Modules that lived at the top level before this split (``zkqueue.queue``, ``zkqueue.protocol``, ...) still import,
-as aliases of their new homes (see :mod:`zkqueue._moved`).
+The layers above the engine import it only through :mod:`zkqueue.engine.api` (checked by an import-linter contract).
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ _EXPORTS = {
     "QueueBuilder": "zkqueue.builder",
     "DistributedQueue": "zkqueue.engine.queue",
     "QueueStats": "zkqueue.engine.queue",
+    "QueueConfig": "zkqueue.engine.config",
     "QueueConsumer": "zkqueue.consumer",
     "ConnectionState": "zkqueue.consumer",
     "ErrorMode": "zkqueue.consumer",
@@ -85,9 +85,6 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-from zkqueue import _moved  # noqa: E402 - old import paths
-
-_moved.install()
 
 if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.builder import QueueBuilder
@@ -96,6 +93,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.engine.blobs import LargeItems
     from zkqueue.transport.handler import PollingHandler, new_client
     from zkqueue.listeners import QueuePutListener
+    from zkqueue.engine.config import QueueConfig
     from zkqueue.engine.queue import DistributedQueue, QueueStats
     from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, QueueSerializer, StrSerializer
     from zkqueue.recipes.blocking import BlockingQueueConsumer

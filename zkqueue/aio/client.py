@@ -9,8 +9,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
+from zkqueue.engine.api import new_client
 from zkqueue.aio.bridge import post, to_loop
-from zkqueue.transport.handler import new_client
 
 log = logging.getLogger("zkqueue.aio.client")
 

@@ -14,8 +14,8 @@ import asyncio
 import logging
 from typing import Protocol
 
+from zkqueue.engine.api import Completion
 from zkqueue.aio.bridge import Offloader
-from zkqueue.engine.seams import Completion
 from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.queue import JobQueue
 from zkqueue.jobs.scope import HeldJob, finish_many, release_many

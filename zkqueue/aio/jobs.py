@@ -27,11 +27,11 @@ from typing import Any, Iterable, Sequence
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from zkqueue.engine.api import Completion, multi_read_async
 from zkqueue.aio.bridge import Offloader, from_kazoo, to_loop
 from zkqueue.aio.held import claim_held, end_held
 from zkqueue.aio.lifecycle import Opened
 from zkqueue.aio.worker import AsyncHandler, AsyncWorker
-from zkqueue.engine.seams import Completion
 from zkqueue.errors import (  # JobDeadError: defined in zkqueue.errors, importable from here as before
     ConfigurationError,
     JobCancelledError,
@@ -47,7 +47,6 @@ from zkqueue.jobs.claims import Claimed
 from zkqueue.jobs.model import Job, JobState, Record, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT, JobQueue
 from zkqueue.jobs.scope import ClaimedJob, HeldJob, scope_completion
-from zkqueue.transport.reads import multi_read_async
 
 log = logging.getLogger("zkqueue.aio.jobs")
 

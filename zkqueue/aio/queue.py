@@ -22,9 +22,8 @@ from typing import Any, AsyncIterator, Generic, Iterable, TypeVar
 
 from kazoo.client import KazooClient
 
+from zkqueue.engine.api import DistributedQueue, Outcome
 from zkqueue.aio.bridge import Offloader
-from zkqueue.engine.completion import Outcome
-from zkqueue.engine.queue import DistributedQueue
 from zkqueue.errors import ConfigurationError, QueueClosedError
 
 log = logging.getLogger("zkqueue.aio.queue")

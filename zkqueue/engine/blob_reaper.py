@@ -21,6 +21,7 @@ import threading
 import time
 from kazoo.exceptions import NoNodeError
 
+from zkqueue.engine.backoff import Backoff
 from zkqueue.engine.blobs import LargeItems, blob_root
 from zkqueue.engine.commit import CONNECTION_ERRORS, check_op, delete_op
 from zkqueue.engine.context import QueueContext
@@ -65,17 +66,18 @@ class BlobReaper:
             self._thread.join(10.0)
 
     def _run(self) -> None:
-        backoff = _ERROR_BACKOFF
+        backoff = Backoff(initial=_ERROR_BACKOFF, maximum=_MAX_INTERVAL)
         wait = self.interval
         while not self._stop.wait(wait):
             try:
                 if self._ctx.connection.connected.is_set():
                     self.reap()
-                wait, backoff = self.interval, _ERROR_BACKOFF
+                wait = self.interval
+                backoff.succeeded()
             except Exception:
                 self._ctx.counters.add("loop_errors")
-                log.exception("blob reaper of %s (it continues in %.1fs)", self._ctx.queue_path, backoff)
-                wait, backoff = backoff, min(_MAX_INTERVAL, backoff * 2)
+                wait = backoff.failed()
+                log.exception("blob reaper of %s (it continues in %.1fs)", self._ctx.queue_path, wait)
 
     # ------------------------------------------------------------------------------------------ one pass
     def reap(self, now: float | None = None) -> int:

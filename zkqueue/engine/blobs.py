@@ -46,11 +46,14 @@ _CHUNK_SLACK = 16 * 1024
 _CHUNK_MAX = 1_000_000
 
 
+#: The largest framed item accepted by default (bytes): 64 MiB.
+DEFAULT_MAX_ITEM_BYTES = 64 * 2**20
+
 @dataclass(frozen=True)
 class LargeItems:
     """Settings of ``QueueBuilder.large_items``."""
 
-    max_item_bytes: int = 64 * 2**20
+    max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
     compression: str = "zlib"
     orphan_grace: float = 60.0
 

@@ -28,6 +28,8 @@ log = logging.getLogger("zkqueue.engine.commit")
 MAX_OPS_PER_MULTI = 1000
 #: Room left in a multi for headers beyond what :func:`op_size` counts.
 MULTI_SLACK = 4096
+#: Bytes an op costs in a multi besides its path and data (op header, flags, version, ACL), at most.
+OP_OVERHEAD = 64
 
 
 def create_op(path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
@@ -45,7 +47,7 @@ def check_op(path: str, version: int = -1) -> protocol.CheckOp:
 
 def node_cost(path: str, data: bytes | None, chroot_len: int = 0) -> int:
     """Upper estimate of the bytes one op on ``path`` adds to a multi (UTF-8 at most 4 bytes a character)."""
-    return len(path) * 4 + len(data or b"") + 64 + chroot_len
+    return len(path) * 4 + len(data or b"") + OP_OVERHEAD + chroot_len
 
 
 def op_size(op: Any, chroot_len: int = 0) -> int:

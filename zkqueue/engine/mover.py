@@ -31,6 +31,7 @@ from typing import Any
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import WatchedEvent
 
+from zkqueue.engine.backoff import Backoff
 from zkqueue.engine.commit import CONNECTION_ERRORS, PrefixFailedError, check_op, commit_groups, create_op, delete_op
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.parking import Parking
@@ -82,7 +83,7 @@ class Mover:
         self._foreign_seen: set[str] = set()
         self._stuck: dict[str, tuple[float, float]] = {}  # bucket path -> (retry at, back-off)
         self._fence: str | None = None
-        self._backoff = 0.0
+        self._errors = Backoff(initial=_ERROR_BACKOFF, maximum=_MAX_BACKOFF)  # the leader's passes
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -110,20 +111,20 @@ class Mover:
 
     def _run(self) -> None:
         """Take part in the election until stopped; never dies (errors are logged and backed off)."""
-        backoff = _ERROR_BACKOFF
+        backoff = Backoff(initial=_ERROR_BACKOFF, maximum=_MAX_BACKOFF)
         identifier = self._ctx.lock_data.decode("utf-8", "replace")
         while not self._stop.is_set():
             try:
                 self._election = self._ctx.client.Election(buckets.mover_path(self._ctx.queue_path), identifier)
                 self._election.run(self._lead)
-                backoff = _ERROR_BACKOFF
+                backoff.succeeded()
             except Exception as exc:
                 if self._stop.is_set():
                     return
+                pause = backoff.failed()
                 if not self._ctx.connection.failover.error(exc, "electing the mover"):
-                    log.warning("mover election of %s failed: %r; again in %.1fs", self._ctx.queue_path, exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(_MAX_BACKOFF, backoff * 2)
+                    log.warning("mover election of %s failed: %r; again in %.1fs", self._ctx.queue_path, exc, pause)
+                self._stop.wait(pause)
 
     # ------------------------------------------------------------------------------------------ leading
     def _lead(self) -> None:
@@ -146,7 +147,7 @@ class Mover:
                 self._wake.clear()
                 try:
                     wait = self._pass()
-                    self._backoff = 0.0
+                    self._errors.succeeded()
                 except _FenceLost:
                     log.info("the mover of %s lost its election node; contending again", self._ctx.queue_path)
                     return
@@ -154,13 +155,12 @@ class Mover:
                     self._forget_listings()  # a listing may have failed after its flag was cleared: list again
                     continue  # wait for the connection, then look again (every move is safe to repeat)
                 except Exception as exc:
-                    self._backoff = min(_MAX_BACKOFF, max(_ERROR_BACKOFF, self._backoff * 2))
+                    wait = self._errors.failed()
                     self._ctx.counters.add("loop_errors")
                     if not self._ctx.connection.failover.error(exc, "moving parked items"):
                         log.warning("mover of %s failed: %r; again in %.1fs", self._ctx.queue_path, exc,
-                                    self._backoff, exc_info=True)
+                                    wait, exc_info=True)
                     self._forget_listings()
-                    wait = self._backoff
                 # A watch or a put's wake ends the wait early; the cap is a safety net, not a poll.
                 self._wake.wait(_IDLE_CHECK if wait is None else min(wait, _IDLE_CHECK))
         finally:

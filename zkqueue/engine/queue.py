@@ -2,6 +2,10 @@
 
 This module is the Curator-shaped facade; the work is done by the parts it wires together, one module each:
 
+- :mod:`~zkqueue.engine.config`: the queue's options (:class:`~zkqueue.engine.config.QueueConfig`, frozen and
+  validated once);
+- :mod:`~zkqueue.engine.consumption`: the one factory of push (run loop + consumer) and pull (claim_nodes)
+  consumption;
 - :mod:`~zkqueue.engine.producer` (and :mod:`~zkqueue.engine.group_commit`): every put path;
 - :mod:`~zkqueue.engine.children`: the versioned children listing the loop and bounded puts wait on;
 - :mod:`~zkqueue.engine.run_loop` and :mod:`~zkqueue.engine.steps`: ordering, due times, step sizes;
@@ -44,22 +48,26 @@ from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer, as_consu
 from zkqueue.engine.blob_reaper import BlobReaper
 from zkqueue.engine.blobs import BlobWriter, LargeItems
 from zkqueue.engine.children import ChildrenCache
-from zkqueue.engine.commit import GroupOutcome, commit_groups, map_error
+from zkqueue.engine.commit import GroupOutcome, commit_groups, delete_op, map_error
 from zkqueue.engine.completion import Outcome
+from zkqueue.engine.config import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_FINAL_FLUSH_TIME,
+    DEFAULT_LOCK_NAMES,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_PUT_OUTCOME_WAIT,
+    QueueConfig,
+    check_parts,
+)
+from zkqueue.engine.consumption import PULL_NEEDS, Consumption, Hooks, build_consumption
 from zkqueue.engine.context import ConnectionWatch, QueueContext
-from zkqueue.engine.delivery import Delivery
-from zkqueue.engine.leases import removal_ops
-from zkqueue.engine.locksafe import LeaseTaker
+from zkqueue.engine.leases import LeaseKind, Leases, item_finish_ops, removal_ops
 from zkqueue.engine.mover import Mover
-from zkqueue.engine.nolock import NoLockTaker
-from zkqueue.engine.parking import Parking, Placement, check_park_after
+from zkqueue.engine.parking import Parking, Placement
 from zkqueue.engine.producer import Producer
 from zkqueue.engine.pull import Puller
-from zkqueue.engine.quarantine import Quarantine
-from zkqueue.engine.run_loop import RunLoop
 from zkqueue.engine.seams import ClaimHook
 from zkqueue.engine.stats import Counters, QueueStats
-from zkqueue.engine.steps import StepSizer
 from zkqueue.errors import (
     ConfigurationError,
     LockPathConflictError,
@@ -76,10 +84,10 @@ log = logging.getLogger("zkqueue.engine.queue")
 
 T = TypeVar("T")
 
-#: Default most item nodes per engine step.
-DEFAULT_BATCH_SIZE = 300
+__all__ = ["DEFAULT_BATCH_SIZE", "DistributedQueue", "QueueConfig", "QueueStats"]
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DistributedQueue", "QueueStats"]
+#: The keyword options of DistributedQueue: the fields of QueueConfig.
+_OPTION_NAMES = frozenset(QueueConfig.__dataclass_fields__)
 
 
 class _State(enum.Enum):
@@ -106,89 +114,41 @@ class DistributedQueue(Generic[T]):
         max_items: int | None = None,
         put_in_background: bool = True,
         executor: Executor | None = None,
-        final_flush_time: float = 5.0,
+        final_flush_time: float = DEFAULT_FINAL_FLUSH_TIME,
         quarantine_path: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         jute_max_buffer: int | None = None,
-        lock_names: str = "qualified",
+        lock_names: str = DEFAULT_LOCK_NAMES,
         min_items_before_refresh: int | None = None,
         refresh_on_watch: bool = False,
-        max_batch_bytes: int = 4 * 1024 * 1024,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         acl: Sequence[Any] | None = None,
         auth: Sequence[tuple[str, str]] = (),
         claim_hook: ClaimHook | None = None,
         large_items: LargeItems | None = None,
         producer_id: str | None = None,
-        put_outcome_wait: float = 60.0,
+        put_outcome_wait: float = DEFAULT_PUT_OUTCOME_WAIT,
         park_after: float | None = None,
         run_mover: bool = True,
         schedule_layout: Layout | None = None,
+        config: QueueConfig | None = None,
     ) -> None:
-        if client is None:
-            raise ConfigurationError("client is required")
-        #: ACL of every node this queue creates (queue, items, locks, fences, quarantine, receipts); None uses
-        #: the client's default_acl.
-        self._acl = list(acl) if acl is not None else None
-        if self._acl is not None and not self._acl:
-            raise ConfigurationError("acl must hold at least one entry (or be None for the client's default)")
-        #: (scheme, credential) pairs added to the client at start(), e.g. ("digest", "user:password").
-        self._auth = [tuple(a) for a in auth]
-        if serializer is None or not callable(getattr(serializer, "serialize", None)) or not callable(
-            getattr(serializer, "deserialize", None)
-        ):
-            raise ConfigurationError(f"serializer needs serialize() and deserialize(): {serializer!r}")
+        """The keyword options are those of :class:`~zkqueue.engine.config.QueueConfig` (validated there). With
+        ``config`` (what :class:`~zkqueue.QueueBuilder` passes), the keywords set to other than their defaults
+        override its fields (a recipe's own settings)."""
+        given = dict(locals())  # the arguments, before any other name is bound
+        options = {name: given[name] for name in _OPTION_NAMES}
+        check_parts(client, serializer)
+        self._config = cfg = QueueConfig.of(config, **options)
+        paths = cfg.paths(queue_path)
         self._client = client
         self._consumer: QueueConsumer[T] | None = as_consumer(consumer)
         self._serializer = serializer
-        self._queue_path = naming.validate_queue_path(queue_path)
-        if self._queue_path == "/":
-            raise ConfigurationError("the queue path cannot be the root '/'")
-        self._lock_path = None if lock_path is None else naming.validate_path(lock_path)
-        if self._lock_path is not None:
-            if self._lock_path == self._queue_path or self._lock_path.startswith(self._queue_path + "/"):
-                raise LockPathConflictError(
-                    f"lock path {self._lock_path!r} must not be the queue path or inside it ({self._queue_path!r})"
-                )
-            if self._queue_path.startswith(self._lock_path + "/"):
-                raise LockPathConflictError(
-                    f"lock path {self._lock_path!r} must not contain the queue path {self._queue_path!r}"
-                )
-        self._quarantine_path = naming.validate_path(quarantine_path or self._queue_path + "-quarantine")
-        #: Receipts of no-lock takes (see zkqueue.engine.nolock); a sibling of the queue, like the quarantine.
-        self._receipt_path = self._queue_path + "-receipts"
-        if self._quarantine_path == self._queue_path or self._quarantine_path.startswith(self._queue_path + "/"):
-            raise ConfigurationError(
-                f"quarantine path {self._quarantine_path!r} must not be the queue path or inside it"
-            )
-        if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int) or max_items <= 0):
-            raise ConfigurationError(f"max_items must be a positive int, got {max_items!r}")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ConfigurationError(f"batch_size must be a positive int, got {batch_size!r}")
-        if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes <= 0:
-            raise ConfigurationError(f"max_batch_bytes must be a positive int, got {max_batch_bytes!r}")
-        if final_flush_time is None or final_flush_time < 0:
-            raise ConfigurationError(f"final_flush_time must be >= 0 seconds, got {final_flush_time!r}")
-        if lock_names not in naming.LOCK_STYLES:
-            raise ConfigurationError(f"lock_names must be 'qualified' or 'curator', got {lock_names!r}")
-        if claim_hook is not None and not callable(getattr(claim_hook, "claim_ops", None)):
-            raise ConfigurationError(f"claim_hook needs claim_ops(node): {claim_hook!r}")
-        if claim_hook is not None and lock_path is None:
-            raise ConfigurationError("a claim hook needs a lock path (lock-safe mode)")
-        self._max_items = max_items
-        if max_items is not None and put_in_background:
-            log.info("max_items is set: puts on %s run in the foreground (as Curator)", queue_path)
-            put_in_background = False
-        self._put_in_background = bool(put_in_background)
-        self._executor = executor
-        self._final_flush_time = float(final_flush_time)
-        self._batch_size = batch_size
-        self._max_batch_bytes = max_batch_bytes
-        self._min_items_before_refresh = min_items_before_refresh
-        self._refresh_on_watch = refresh_on_watch
-        self._claim_hook = claim_hook
-        if large_items is not None and not isinstance(large_items, LargeItems):
-            raise ConfigurationError(f"large_items must be a LargeItems, got {large_items!r}")
-        self._large_items = large_items
+        self._queue_path, self._lock_path = paths.queue, paths.lock
+        self._quarantine_path, self._receipt_path = paths.quarantine, paths.receipt
+        #: ACL of every node this queue creates (queue, items, locks, fences, quarantine, receipts); None uses
+        #: the client's default_acl.
+        self._acl = list(cfg.acl) if cfg.acl is not None else None
         self._error_mode = ErrorMode.REQUEUE
 
         self.put_listeners: ListenerContainer[QueuePutListener[T]] = ListenerContainer()
@@ -204,8 +164,8 @@ class DistributedQueue(Generic[T]):
             quarantine_path=self._quarantine_path,
             receipt_path=self._receipt_path,
             acl=self._acl,
-            jute_max_buffer=int(jute_max_buffer) if jute_max_buffer else protocol.jute_max_buffer(),
-            lock_names=lock_names,
+            jute_max_buffer=cfg.jute_max_buffer or protocol.jute_max_buffer(),
+            lock_names=cfg.lock_names,
             counters=self._counters,
             connection=ConnectionWatch(client, self._closing, self._deliver_state, f"queue {queue_path}"),
             closing=self._closing,
@@ -214,28 +174,29 @@ class DistributedQueue(Generic[T]):
             lock_data=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}".encode(),
             chroot_len=len((getattr(client, "chroot", None) or "").encode("utf-8")),
         )
+        large = cfg.large_items
         #: The producer: every put path (an internal part; its ``group_waiting`` is handy in tests).
         self.producer = Producer(
-            self._ctx, serializer, self.put_listeners, background=self._put_in_background, max_items=max_items,
-            check_started=self._check_started,
-            blobs=BlobWriter(self._ctx, large_items) if large_items is not None else None,
-            producer_id=producer_id, settle_wait=float(put_outcome_wait),
+            self._ctx, serializer, self.put_listeners, background=cfg.put_in_background, max_items=cfg.max_items,
+            check_started=self._check_started, blobs=BlobWriter(self._ctx, large) if large is not None else None,
+            producer_id=cfg.producer_id, settle_wait=cfg.put_outcome_wait,
         )
-        self._blob_reaper = BlobReaper(self._ctx, large_items) if large_items is not None else None
+        self._blob_reaper = BlobReaper(self._ctx, large) if large is not None else None
         #: Parking (see zkqueue.engine.parking): None keeps every item in the queue node (Curator's layout).
-        park_after = check_park_after(park_after)
-        if schedule_layout is not None and not isinstance(schedule_layout, Layout):
-            raise ConfigurationError(f"schedule_layout must be a zkqueue.formats.buckets.Layout, got {schedule_layout!r}")
-        self._parking = Parking(self._queue_path, park_after, schedule_layout) if park_after is not None else None
-        self._mover = Mover(self._ctx, self._parking) if self._parking is not None and run_mover else None
+        self._parking = (Parking(self._queue_path, cfg.park_after, cfg.schedule_layout)
+                         if cfg.park_after is not None else None)
+        self._mover = Mover(self._ctx, self._parking) if self._parking is not None and cfg.run_mover else None
         self._cache: ChildrenCache | None = None
-        self._loop: RunLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._lease_taker: LeaseTaker | None = None
-        self._puller: Puller | None = None
-        self._puller_lock = threading.Lock()
+        #: Push or pull consumption, once built (see zkqueue.engine.consumption).
+        self._consumption: Consumption | None = None
+        self._consumption_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------ properties
+    @property
+    def config(self) -> QueueConfig:
+        """This queue's options (frozen; see :mod:`zkqueue.engine.config`)."""
+        return self._config
+
     @property
     def queue_path(self) -> str:
         return self._queue_path
@@ -263,7 +224,8 @@ class DistributedQueue(Generic[T]):
                 self._cache.request_sync()
             snap = self._cache.snapshot
             return sum(1 for n in snap.children if naming.is_item_name(n))
-        return self._loop.last_message_count if self._loop is not None else 0
+        loop = self._consumption.loop if self._consumption is not None else None
+        return loop.last_message_count if loop is not None else 0
 
     @property
     def is_started(self) -> bool:
@@ -326,7 +288,7 @@ class DistributedQueue(Generic[T]):
             self._state = _State.STARTED
         try:
             self._check_lock_path_is_not_an_item()
-            for scheme, credential in self._auth:
+            for scheme, credential in self._config.auth:
                 self._client.add_auth(scheme, credential)
             self._client.ensure_path(self._queue_path, acl=self._acl)
             if self._lock_path is not None:
@@ -346,12 +308,12 @@ class DistributedQueue(Generic[T]):
         self._events = Dispatcher(f"zkqueue-events-{self._queue_path}")
         self._events.start()
         self._ctx.connection.start()
-        if self._consumer is not None or self._max_items is not None:
+        if self._consumer is not None or self._config.max_items is not None:
             self._cache = ChildrenCache(
                 self._client,
                 self._queue_path,
                 name=f"zkqueue-cache-{self._queue_path}",
-                lazy=self._max_items is None,  # bounded puts need every change promptly
+                lazy=self._config.max_items is None,  # bounded puts need every change promptly
                 acl=self._acl,
             )
             self._cache.start()
@@ -361,41 +323,17 @@ class DistributedQueue(Generic[T]):
         if self._mover is not None:
             self._mover.start()
         if self._consumer is not None:
-            self._start_consuming(self._consumer)
+            self._consumption = self._build_consumption()
         log.debug("queue %s started", self._queue_path)
 
-    def _start_consuming(self, consumer: QueueConsumer[T]) -> None:
-        assert self._cache is not None
-        delivery = Delivery(self._ctx, consumer, self._executor, error_mode=lambda: self._error_mode,
-                            serializer=self._serializer)
-        sizer = StepSizer(self._max_batch_bytes, lambda: delivery.pace)
-        quarantine = Quarantine(self._ctx)
-        taker: Any
-        retry_deferred: dict[str, Any] = {}
-        align_blocks: Any = lambda: False
-        if self._lock_path is None:
-            taker = NoLockTaker(self._ctx, self._serializer, delivery, quarantine, sizer)
-        else:
-            taker = self._lease_taker = LeaseTaker(
-                self._ctx, self._serializer, delivery, quarantine, sizer,
-                error_mode=lambda: self._error_mode, requeue_prefix=self.make_requeue_item_path,
-                claim_hook=self._claim_hook,
-            )
-            retry_deferred = {"retry_deferred": taker.retry_deferred, "take_released": taker.take_released,
-                              "share": taker.share}
-            taker.start()
-            align_blocks = taker.uses_blocks
-        self._loop = RunLoop(
-            self._ctx, self._cache, taker, sizer,
-            sort_children=self.sort_children, get_delay=self.get_delay, batch_size=self._batch_size,
-            refresh_on_watch=self._refresh_on_watch, min_items_before_refresh=self._min_items_before_refresh,
-            align_blocks=align_blocks,
-            **retry_deferred,
-        )
-        self._loop_thread = threading.Thread(
-            target=self._loop.run, name=f"zkqueue-loop-{self._queue_path}", daemon=True
-        )
-        self._loop_thread.start()
+    def _build_consumption(self) -> Consumption:
+        """This queue's push loop (with a consumer, at start()) or pull pipeline (without, at the first claim): the
+        one place either is built (see :func:`~zkqueue.engine.consumption.build_consumption`)."""
+        hooks = Hooks(sort_children=self.sort_children, get_delay=self.get_delay, order_key=self.order_key,
+                      requeue_prefix=self.make_requeue_item_path, error_mode=lambda: self._error_mode)
+        consumption = build_consumption(self._ctx, self._config, self._serializer, hooks, self._consumer, self._cache)
+        self._cache = consumption.cache
+        return consumption
 
     def _check_lock_path_is_not_an_item(self) -> None:
         """Refuse a lock path that is (or lies under) some queue's item node: its lock children would make that
@@ -415,20 +353,22 @@ class DistributedQueue(Generic[T]):
                 self._state = _State.STOPPED
                 return
             self._state = _State.STOPPED
-        if self._final_flush_time > 0 and self._put_in_background:
-            if not self.producer.flush(self._final_flush_time):
+        flush_time = self._config.final_flush_time
+        if flush_time > 0 and self._config.put_in_background:
+            if not self.producer.flush(flush_time):
                 log.warning(
                     "queue %s closed with %d background put(s) not flushed after %.1fs",
                     self._queue_path,
                     self.producer.in_flight,
-                    self._final_flush_time,
+                    flush_time,
                 )
         self._closing.set()
         self.producer.wake()
         if self._cache is not None:
             self._cache.close()
         current = threading.current_thread()
-        for thread in (self._loop_thread, self.producer.thread):
+        consumption = self._consumption
+        for thread in (consumption.thread if consumption is not None else None, self.producer.thread):
             if thread is not None and thread is not current:
                 thread.join(30.0)
                 if thread.is_alive():
@@ -438,8 +378,8 @@ class DistributedQueue(Generic[T]):
             self._mover.stop()
         if self._blob_reaper is not None:
             self._blob_reaper.stop()
-        if self._lease_taker is not None:
-            self._lease_taker.close()
+        if consumption is not None and consumption.lease_taker is not None:
+            consumption.lease_taker.close()
         self._ctx.connection.stop()
         if self._events is not None:
             self._events.stop()
@@ -584,9 +524,10 @@ class DistributedQueue(Generic[T]):
         """Wait until every item the consumer has returned from is acked (lock-safe queues ack on their own
         thread while the next batch is taken); False on timeout. Items still inside ``consume_message`` are
         not waited for. Call it before stopping the client yourself if the acks must land."""
-        if self._lease_taker is None:
+        consumption = self._consumption
+        if consumption is None or consumption.lease_taker is None:
             return True
-        return self._lease_taker.flush(timeout)
+        return consumption.lease_taker.flush(timeout)
 
     # ------------------------------------------------------------------------------------------ pull mode
     def claim_nodes(self, max_nodes: int, timeout: float | None = None, *, block_leases: bool = False
@@ -627,30 +568,32 @@ class DistributedQueue(Generic[T]):
         self._check_started()
         return self._pull().commit_held(outcomes, ops_of)
 
+    def held_ack_ops(self, outcome: Outcome, extra_ops: list[Any]) -> tuple[list[Any], int]:
+        """The ops of the ack of ``outcome`` (a node from :meth:`claim_nodes` held under an item lease) with
+        ``extra_ops``, fenced exactly as the engine commits them (the session fence's check, the item lease's fence
+        child, the node at its version, ``extra_ops``, the lease's lock), and the index of the first extra op: a
+        failure before it means the lease was lost. For a layer that commits a node's end in a multi of its own
+        (flows), then lets go of it with :meth:`forget_nodes`. QueueStateError if it is not under an item lease."""
+        held = outcome.held
+        if held is None or held.lease.kind is not LeaseKind.ITEM or held.lease.fence is None:
+            raise QueueStateError(f"node {outcome.name} is not held under an item lease")
+        prefix = Leases.prefix_for(held.lease.session_fence)
+        ops = prefix + item_finish_ops(held.lease.fence, held.lease.lock,
+                                       [delete_op(held.path, outcome.version), *extra_ops])
+        return ops, len(prefix) + 2
+
     def forget_nodes(self, outcomes: list[Outcome]) -> None:
         """Drop nodes from :meth:`claim_nodes` that the caller ended in a multi of its own, built from the held
         lease's ack ops (which delete the node and the lease's lock): no request is sent. A seam for flows."""
         self._pull().forget(outcomes)
 
     def _pull(self) -> Puller:
-        with self._puller_lock:
-            if self._puller is None:
-                if self._lock_path is None or self._consumer is not None:
-                    raise ConfigurationError("pull mode (claim_nodes) needs a lock path and no consumer")
-                cache = ChildrenCache(self._client, self._queue_path, name=f"zkqueue-cache-{self._queue_path}",
-                                      lazy=True, acl=self._acl)
-                cache.start()
-                self._cache = cache
-                self._lease_taker = LeaseTaker(
-                    self._ctx, self._serializer, None, Quarantine(self._ctx),
-                    StepSizer(self._max_batch_bytes, lambda: None), error_mode=lambda: self._error_mode,
-                    requeue_prefix=self.make_requeue_item_path, claim_hook=self._claim_hook,
-                )
-                self._lease_taker.start()
-                self._puller = Puller(self._ctx, cache, self._lease_taker, sort_children=self.sort_children,
-                                      get_delay=self.get_delay, order_key=self.order_key,
-                                      serializer=self._serializer)
-            return self._puller
+        with self._consumption_lock:
+            if self._consumption is None and self._consumer is None:
+                self._consumption = self._build_consumption()
+            if self._consumption is None or self._consumption.puller is None:
+                raise ConfigurationError(PULL_NEEDS)
+            return self._consumption.puller
 
     def commit_groups(self, groups: Sequence[Sequence[Any]]) -> list[GroupOutcome]:
         """Commit each group of ops atomically, many groups per multi (a failing group costs only itself): the

@@ -18,6 +18,7 @@ import random
 import time
 from typing import Callable, Protocol
 
+from zkqueue.engine.backoff import Backoff
 from zkqueue.engine.children import ChildrenCache, Snapshot
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.steps import StepSizer
@@ -79,7 +80,7 @@ class RunLoop:
         version = -1
         czxid = None
         done: set[str] = set()
-        errors_in_a_row = 0
+        backoff = Backoff(initial=0.1, maximum=5.0)  # after errors in a row
         wake_at: float | None = None
         while self._ctx.is_running():
             try:
@@ -107,14 +108,12 @@ class RunLoop:
                     done.clear()  # the queue node was recreated: sequences restart
                 czxid = snap.czxid
                 wake_at = self._process_snapshot(snap, done)
-                errors_in_a_row = 0
+                backoff.succeeded()
             except BaseException as exc:  # never die: log, count, back off, continue
-                errors_in_a_row += 1
                 self._ctx.counters.add("loop_errors")
                 if not self._ctx.connection.failover.error(exc, "taking items"):  # a failover: one quiet line
                     log.exception("error in queue loop of %s (the loop continues)", self._ctx.queue_path)
-                backoff = min(5.0, 0.05 * (2 ** min(errors_in_a_row, 7)))
-                if self._ctx.closing.wait(backoff):
+                if self._ctx.closing.wait(backoff.failed()):
                     break
                 wake_at = time.monotonic()  # retry the current snapshot
         log.debug("queue loop of %s stopped", self._ctx.queue_path)

@@ -12,8 +12,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 from kazoo.recipe.watchers import DataWatch
 
-from zkqueue.engine.commit import CONNECTION_ERRORS
-from zkqueue.engine.put_markers import DEFAULT_READ_WAIT, ClientConnection, read_retrying
+from zkqueue.engine import api
+from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_READ_WAIT, ClientConnection, read_retrying
 from zkqueue.errors import (
     ConfigurationError,
     CorruptItemError,
@@ -31,14 +31,13 @@ from zkqueue.formats import naming
 from zkqueue.jobs import JobQueue, Keep, RetryPolicy, hooks, names
 from zkqueue.jobs.model import check_headers, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.flows.flow")
 
 
 def commit(client: KazooClient, ops: list[Any]) -> Any:
     """Send one multi of :meth:`Flow.add` (a seam: tests make its reply get lost)."""
-    return protocol.run_multi(client, ops)
+    return api.run_multi(client, ops)
 
 
 class Flow:
@@ -391,7 +390,7 @@ class Flow:
 
     def _jobs(self) -> list[FlowJob]:
         children = self.client.get_children(self.paths.flows)
-        reads = protocol.multi_read(self.client, [naming.join(self.paths.flows, n) for n in children])
+        reads = api.multi_read(self.client, [naming.join(self.paths.flows, n) for n in children])
         recs = []
         self.unreadable = 0
         for name, r in zip(children, reads):

@@ -21,14 +21,13 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from zkqueue.engine.commit import CONNECTION_ERRORS, delete_op
-from zkqueue.engine.seams import Completion
+from zkqueue.engine import api
+from zkqueue.engine.api import CONNECTION_ERRORS, Completion, delete_op
 from zkqueue.errors import CorruptItemError, QueueStateError
 from zkqueue.flows import definition, model, store
 from zkqueue.flows.definition import Definition, Ending
 from zkqueue.flows.model import FlowRecord, FlowState, HistoryEntry, StepError
 from zkqueue.jobs.model import Record
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.flows.handoff")
 
@@ -177,7 +176,7 @@ class Handoff:
                 ops, first = ref.ack_ops(ops)
                 fence_len += first
             try:
-                result = protocol.run_multi(self._client, ops)
+                result = api.run_multi(self._client, ops)
             except CONNECTION_ERRORS as exc:
                 log.warning("hand-off of %s/%s lost its reply (%r); checking", ref.step, ref.job_id, exc)
                 ambiguous = True

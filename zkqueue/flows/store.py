@@ -15,8 +15,8 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
-from zkqueue.engine.commit import create_op, delete_op
-from zkqueue.engine.leases import held_items, removal_ops
+from zkqueue.engine import api
+from zkqueue.engine.api import create_op, delete_op, held_items, removal_ops
 from zkqueue.errors import CorruptItemError
 from zkqueue.flows.model import FlowRecord, now_ms
 from zkqueue.formats import naming
@@ -24,7 +24,6 @@ from zkqueue.jobs import names
 from zkqueue.jobs import store as job_store
 from zkqueue.jobs.model import JobState, Record
 from zkqueue.jobs.reaper import Keep
-from zkqueue.transport import protocol
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def write_op(paths: Paths, rec: FlowRecord, version: int | None, acl: Any) -> An
     """Create the flow record (``version`` None) or replace it, version-checked."""
     if version is None:
         return create_op(paths.flow(rec.id), rec.encode(), acl=acl)
-    return protocol.SetDataOp(paths.flow(rec.id), rec.encode(), version)
+    return api.SetDataOp(paths.flow(rec.id), rec.encode(), version)
 
 
 def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: int, acl: Any, *,
@@ -92,7 +91,7 @@ def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: 
     jobs' headers (``Job.headers``: what :meth:`Flow.add <zkqueue.flows.Flow.add>` was given, then the finishing
     step's, carried by each hand-off; OpenTelemetry's trace context travels there)."""
     paths = [p.record(job_id) for p in step_paths]
-    found: list[Any] = protocol.multi_read(client, paths) if paths and stale else [NoNodeError()] * len(paths)
+    found: list[Any] = api.multi_read(client, paths) if paths and stale else [NoNodeError()] * len(paths)
     ops: list[Any] = []
     params = json.dumps({"run": run}).encode()
     for sp, path, res in zip(step_paths, paths, found):
@@ -139,7 +138,7 @@ def reap(client: Any, paths: Paths, keep: Keep) -> int:
     children = client.get_children(paths.flows)
     found = [naming.join(paths.flows, n) for n in children]
     finished: list[tuple[int, str, int]] = []
-    for path, res in zip(found, protocol.multi_read(client, found)):
+    for path, res in zip(found, api.multi_read(client, found)):
         if isinstance(res, BaseException):
             continue
         try:
@@ -156,5 +155,5 @@ def reap(client: Any, paths: Paths, keep: Keep) -> int:
     if keep.count is not None and len(finished) - len(doomed) > keep.count:
         kept = [(path, version) for _updated, path, version in finished[len(doomed):]]
         doomed += kept[: len(kept) - keep.count]
-    replies = [protocol.send_multi(client, [delete_op(path, version)]) for path, version in doomed]
+    replies = [api.send_multi(client, [delete_op(path, version)]) for path, version in doomed]
     return sum(1 for r in replies if r.result().ok)

@@ -15,14 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
+from zkqueue.engine import api
+from zkqueue.engine.api import ClaimHook, ClaimedNode, Completion
 from zkqueue.errors import CorruptItemError
 from zkqueue.jobs import names, store
 from zkqueue.jobs.control import QueueControl
 from zkqueue.jobs.model import JobState, Record
 from zkqueue.jobs.rate import RateLimiter
 from zkqueue.jobs.retry import RetryPolicy
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.jobs.claims")
 
@@ -103,7 +103,7 @@ class JobClaims(ClaimHook):
             item = names.parse_item(node.name)
             records.append(self._paths.record(item.job_id) if item is not None else None)
         paths = [p for p in records if p is not None]
-        reads = protocol.multi_read(self._client, paths) if paths else []
+        reads = api.multi_read(self._client, paths) if paths else []
         by_path = dict(zip(paths, reads))
         with self._lock:
             for node, path in zip(nodes, records):

@@ -27,10 +27,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from zkqueue.engine.commit import check_op
+from zkqueue.engine import api
+from zkqueue.engine.api import check_op
 from zkqueue.jobs import names
 from zkqueue.jobs.model import now_ms
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.jobs.control")
 
@@ -167,7 +167,7 @@ def reap_requests(client: KazooClient, cancels_path: str, record_path: Callable[
         return 0
     requests = [f"{cancels_path}/{c}" for c in children]
     records = [record_path(names.job_id_of(c)) for c in children]
-    reads = protocol.multi_read(client, records + requests)
+    reads = api.multi_read(client, records + requests)
     stale = [(path, req[1].version) for path, rec, req in zip(requests, reads[:len(records)], reads[len(records):])
              if isinstance(rec, NoNodeError) and not isinstance(req, BaseException)]
     deleted = 0

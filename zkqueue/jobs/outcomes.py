@@ -10,8 +10,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any, Callable
 
-from zkqueue.engine.log_limits import RepeatLimiter
-from zkqueue.engine.seams import Completion
+from zkqueue.engine.api import Completion, RepeatLimiter
 from zkqueue.errors import UndecodableParamsError
 from zkqueue.jobs import store
 from zkqueue.jobs.claims import Claimed

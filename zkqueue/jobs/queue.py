@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, NotEmptyError
 
-from zkqueue.engine.commit import CONNECTION_ERRORS
-from zkqueue.engine.queue import DistributedQueue
+from zkqueue.engine import api
+from zkqueue.engine.api import CONNECTION_ERRORS, DistributedQueue, held_items, parked_count
 from zkqueue.errors import (
     ConfigurationError,
     CorruptItemError,
@@ -26,8 +26,6 @@ from zkqueue.errors import (
     QueueNotStartedError,
     QueueStateError,
 )
-from zkqueue.engine.leases import held_items
-from zkqueue.engine.parking import parked_count
 from zkqueue.formats import naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer
 from zkqueue.jobs import hooks, names, store
@@ -60,7 +58,6 @@ from zkqueue.jobs.scope import (
     start_many,
     write_held,
 )
-from zkqueue.transport import protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.runtime.worker import Worker
@@ -301,7 +298,7 @@ class JobQueue:
         paths = [(job_id, path) for job_id in job_ids
                  for path in (*self.paths.ended(job_id), self.paths.cancel_request(job_id))]
         out: dict[str, list[tuple[str, int]]] = {}
-        for (job_id, path), res in zip(paths, protocol.multi_read(self._client, [p for _j, p in paths])):
+        for (job_id, path), res in zip(paths, api.multi_read(self._client, [p for _j, p in paths])):
             if not isinstance(res, BaseException):
                 out.setdefault(job_id, []).append((path, res[1].version))
         return out
@@ -342,7 +339,7 @@ class JobQueue:
     def _recount(self, helds: Sequence[HeldJob]) -> list[tuple[Record, int] | None]:
         """The records of ``helds`` as they are now (read again once connected), for a count whose reply was lost."""
         paths = [self.paths.record(h.record.id) for h in helds]
-        reads = self._engine.read_retrying(lambda: protocol.multi_read(self._client, paths),
+        reads = self._engine.read_retrying(lambda: api.multi_read(self._client, paths),
                                            f"checking the starts of {len(paths)} job(s) of {self.paths.root}")
         return [None if isinstance(r, BaseException) else (Record.decode(r[0]), r[1].version) for r in reads]
 
@@ -495,7 +492,7 @@ class JobQueue:
         A queue not started (opened only to look) waits on its client for the default of that wait."""
         if self._engine.is_started:
             return self._engine.read_retrying(call, what)
-        from zkqueue.engine.put_markers import DEFAULT_READ_WAIT, ClientConnection, read_retrying  # noqa: PLC0415
+        from zkqueue.engine.api import DEFAULT_READ_WAIT, ClientConnection, read_retrying  # noqa: PLC0415
 
         return read_retrying(call, ClientConnection(self._client), DEFAULT_READ_WAIT, what)
 
@@ -503,7 +500,7 @@ class JobQueue:
         """The job with ``job_id`` (queued, active, retrying, completed or dead), or None if unknown. On a started
         queue a lost connection is waited out (see :meth:`counts`)."""
         paths = [self.paths.record(job_id), *self.paths.ended(job_id)]
-        reads = self._look(lambda: protocol.multi_read(self._client, paths), f"reading job {job_id}")
+        reads = self._look(lambda: api.multi_read(self._client, paths), f"reading job {job_id}")
         for res in reads:
             if not isinstance(res, BaseException):
                 return self._outcomes.view(Record.decode(res[0]))
@@ -587,7 +584,7 @@ class JobQueue:
         chosen = [n for n in parsed if (n in held) == held_ones]
         ordered = sorted(chosen, key=run_order) if limit is None else heapq.nsmallest(limit, chosen, key=run_order)
         ids = list(dict.fromkeys(parsed[n].job_id for n in ordered))  # one job, one entry (even if listed twice)
-        reads = protocol.multi_read(self._client, [self.paths.record(i) for i in ids]) if ids else []
+        reads = api.multi_read(self._client, [self.paths.record(i) for i in ids]) if ids else []
         return [self._outcomes.view(Record.decode(res[0])) for res in reads if not isinstance(res, BaseException)]
 
     def outstanding(self) -> int:
@@ -600,7 +597,7 @@ class JobQueue:
             return 0
         now = now_ms()
         count = 0
-        for res in protocol.multi_read(self._client, [naming.join(self.paths.records, n) for n in ids]):
+        for res in api.multi_read(self._client, [naming.join(self.paths.records, n) for n in ids]):
             if isinstance(res, BaseException):
                 continue  # finished meanwhile
             try:
@@ -632,7 +629,7 @@ class JobQueue:
 
     def _finished_jobs(self, parent: str, limit: int | None) -> list[Job]:
         children = self._client.get_children(parent)
-        reads = protocol.multi_read(self._client, [naming.join(parent, n) for n in children])
+        reads = api.multi_read(self._client, [naming.join(parent, n) for n in children])
         records = [Record.decode(r[0]) for r in reads if not isinstance(r, BaseException)]
         records.sort(key=lambda r: r.updated_ms, reverse=True)
         return [self._outcomes.view(r) for r in records[:limit]]
@@ -644,7 +641,7 @@ class JobQueue:
         ids = self._dead_ids(job_ids)
         paths = [self.paths.finished(i, JobState.DEAD) for i in ids]
         groups = []
-        for res in protocol.multi_read(self._client, paths):
+        for res in api.multi_read(self._client, paths):
             if not isinstance(res, BaseException):
                 groups.append(store.redrive_ops(self.paths, Record.decode(res[0]), res[1].version, self._acl))
         return sum(1 for res in self._engine.commit_groups(groups) if res.ok) if groups else 0
@@ -652,7 +649,7 @@ class JobQueue:
     def purge_dead(self, job_ids: Sequence[str] | None = None) -> int:
         """Delete dead jobs (all, or ``job_ids``); return how many were."""
         self._check_started()
-        groups = [[protocol.DeleteOp(self.paths.finished(i, JobState.DEAD))] for i in self._dead_ids(job_ids)]
+        groups = [[api.DeleteOp(self.paths.finished(i, JobState.DEAD))] for i in self._dead_ids(job_ids)]
         return sum(1 for res in self._engine.commit_groups(groups) if res.ok) if groups else 0
 
     def _dead_ids(self, job_ids: Sequence[str] | None) -> list[str]:

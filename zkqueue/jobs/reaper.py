@@ -9,10 +9,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from zkqueue.engine.commit import delete_op
+from zkqueue.engine import api
+from zkqueue.engine.api import delete_op
 from zkqueue.errors import ConfigurationError
 from zkqueue.jobs.model import now_ms
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.jobs.reaper")
 
@@ -42,7 +42,7 @@ def reap(client: Any, parent: str, keep: Keep) -> int:
         return 0
     names = client.get_children(parent)
     paths = [f"{parent}/{n}" for n in names]
-    stats = protocol.multi_read(client, paths)
+    stats = api.multi_read(client, paths)
     aged = sorted((res[1].mtime, path, res[1].version) for path, res in zip(paths, stats)
                   if not isinstance(res, BaseException))
     doomed: list[tuple[str, int]] = []
@@ -55,7 +55,7 @@ def reap(client: Any, parent: str, keep: Keep) -> int:
     deleted = 0
     for start in range(0, len(doomed), 500):
         chunk = doomed[start : start + 500]
-        replies = [protocol.send_multi(client, [delete_op(path, version)]) for path, version in chunk]
+        replies = [api.send_multi(client, [delete_op(path, version)]) for path, version in chunk]
         deleted += sum(1 for r in replies if r.result().ok)  # a record redriven or re-added meanwhile stays
     if deleted:
         log.info("reaped %d finished record(s) under %s", deleted, parent)

@@ -46,10 +46,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, ConnectionClosedError, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
+from zkqueue.engine import api
 from zkqueue.jobs import repeats, store
 from zkqueue.jobs.model import JobState, Record, now_ms
 from zkqueue.jobs.repeats import Definition
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.jobs.scheduler")
 
@@ -224,7 +224,7 @@ class Scheduler:
         path = repeats.repeat_path(self._paths, definition.name)
         if not times:  # only missed times: skip them, wait for the next one
             advanced = definition.advanced(after, definition.last_ms)
-            return self._commit(definition, [([protocol.SetDataOp(path, advanced.encode(), version)], [])])
+            return self._commit(definition, [([api.SetDataOp(path, advanced.encode(), version)], [])])
         ids = [repeats.job_id(definition.name, t) for t in times]
         unfinished, finished = self._existing(ids)
         entries: list[tuple[str, str, int, Record | None]] = []
@@ -246,7 +246,7 @@ class Scheduler:
                     adds.extend(store.add_ops(self._paths, record, [], self._acl))
             end = first + len(part)
             advanced = definition.advanced(times[end] if end < len(times) else after, last)
-            chunks.append(([protocol.SetDataOp(path, advanced.encode(), version + k), *adds],
+            chunks.append(([api.SetDataOp(path, advanced.encode(), version + k), *adds],
                            [(kind, job_id) for kind, job_id, _t, _r in part]))
         return self._commit(definition, chunks)
 
@@ -280,7 +280,7 @@ class Scheduler:
         paths = [(i, p) for i in ids for p in (self._paths.record(i), *self._paths.ended(i))]
         unfinished: set[str] = set()
         finished: set[str] = set()
-        for (job_id, path), res in zip(paths, protocol.multi_read(self._client, [p for _i, p in paths])):
+        for (job_id, path), res in zip(paths, api.multi_read(self._client, [p for _i, p in paths])):
             if isinstance(res, BaseException):
                 continue
             (unfinished if path == self._paths.record(job_id) else finished).add(job_id)

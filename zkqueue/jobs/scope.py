@@ -11,11 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from zkqueue.engine.commit import CONNECTION_ERRORS, delete_op
-from zkqueue.engine.completion import Outcome
-from zkqueue.engine.leases import LeaseKind, Leases, item_finish_ops
-from zkqueue.engine.queue import DistributedQueue
-from zkqueue.engine.seams import Completion
+from zkqueue.engine.api import CONNECTION_ERRORS, Completion, DistributedQueue, Outcome
 from zkqueue.errors import QueueStateError, UndecodableParamsError
 from zkqueue.jobs import store
 from zkqueue.jobs.claims import Claimed, JobClaims
@@ -163,6 +159,7 @@ class HeldJob:
     #: False while a job claimed ahead has no attempt counted (see :func:`start_many`).
     counted: bool = True
     _commit: Callable[[list[Outcome], list[list[Any]]], list[Any]] | None = field(default=None, repr=False)
+    _ack: Callable[[Outcome, list[Any]], tuple[list[Any], int]] | None = field(default=None, repr=False)
 
     @property
     def claimed(self) -> Claimed:
@@ -181,13 +178,9 @@ class HeldJob:
         """The ops of this job's ack with ``extra_ops``, fenced by its lease exactly as the engine commits them
         (the session fence's check, the item lease's fence child, the item at its version, ``extra_ops``, the
         lease's lock), and the index of the first extra op: a failure before it means the lease was lost."""
-        held = self._outcome.held
-        if held is None or held.lease.kind is not LeaseKind.ITEM or held.lease.fence is None:
+        if self._ack is None:
             raise QueueStateError(f"job {self.record.id!r} is not held under an item lease")
-        prefix = Leases.prefix_for(held.lease.session_fence)
-        ops = prefix + item_finish_ops(held.lease.fence, held.lease.lock,
-                                       [delete_op(self.node_path, self.node_version), *extra_ops])
-        return ops, len(prefix) + 2
+        return self._ack(self._outcome, extra_ops)
 
     def forget(self) -> None:
         """After a multi from :meth:`ack_ops` committed: the engine lets go of the job (its nodes are gone; no
@@ -339,5 +332,5 @@ def _held(engine: DistributedQueue[Any], claims: JobClaims, claimed: list[Outcom
             continue
         out.append(HeldJob(o.held.path, o.version, claimed.record, claimed.version, o, engine.complete_nodes,
                            engine.release_nodes, engine.forget_nodes, counted=claimed.counted,
-                           _commit=engine.commit_held))
+                           _commit=engine.commit_held, _ack=engine.held_ack_ops))
     return out

@@ -15,13 +15,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable
 
-from zkqueue.engine.commit import check_op, create_op, delete_op
+from zkqueue.engine import api
+from zkqueue.engine.api import Completion, check_op, create_op, delete_op
 from zkqueue.errors import ConfigurationError
-from zkqueue.engine.seams import Completion
 from zkqueue.formats import framing, naming
 from zkqueue.jobs import names
 from zkqueue.jobs.model import JobState, Record, now_ms
-from zkqueue.transport import protocol
 
 #: The states of a finished job, in the order their paths are read (:meth:`Paths.ended`).
 FINISHED = (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
@@ -117,7 +116,7 @@ def add_ops(paths: Paths, record: Record, stale: list[tuple[str, int]], acl: Any
 def claim_ops(paths: Paths, record: Record, version: int) -> tuple[Record, list[Any]]:
     """The claim of a job: its record ACTIVE with one more attempt (version-checked)."""
     active = record.moved(JobState.ACTIVE, attempts=record.attempts + 1)
-    return active, [protocol.SetDataOp(paths.record(record.id), active.encode(), version)]
+    return active, [api.SetDataOp(paths.record(record.id), active.encode(), version)]
 
 
 def unclaim(paths: Paths, record: Record, version: int) -> Completion:
@@ -127,7 +126,7 @@ def unclaim(paths: Paths, record: Record, version: int) -> Completion:
     # QUEUED when no attempt is left counted (a new job, or one brought back from the dead letters with its errors
     # kept); else it is waiting to run again after earlier attempts.
     before = record.moved(JobState.RETRYING if attempts else JobState.QUEUED, attempts=attempts)
-    return Completion.release(extra_ops=[protocol.SetDataOp(paths.record(record.id), before.encode(), version)])
+    return Completion.release(extra_ops=[api.SetDataOp(paths.record(record.id), before.encode(), version)])
 
 
 def finish(paths: Paths, record: Record, version: int, state: JobState, acl: Any, *,
@@ -157,7 +156,7 @@ def cancel_held_ops(paths: Paths, record: Record, version: int) -> list[Any]:
     """Ops that cancel a waiting job whose item a worker holds claimed ahead (its item cannot be deleted under the
     lease): its record says CANCELLED (version-checked), so the holder's start fails, and the next claim of the
     item ends it (:class:`~zkqueue.jobs.claims.JobClaims`)."""
-    return [protocol.SetDataOp(paths.record(record.id), record.moved(JobState.CANCELLED).encode(), version)]
+    return [api.SetDataOp(paths.record(record.id), record.moved(JobState.CANCELLED).encode(), version)]
 
 
 def cancel_request_ops(paths: Paths, record: Record, version: int, acl: Any) -> list[Any]:
@@ -169,7 +168,7 @@ def cancel_request_ops(paths: Paths, record: Record, version: int, acl: Any) -> 
 def progress_ops(paths: Paths, record: Record, version: int) -> tuple[Record, list[Any]]:
     """The record of a running job with its latest progress (``record.progress``), version-checked."""
     updated = replace(record, updated_ms=now_ms())
-    return updated, [protocol.SetDataOp(paths.record(record.id), updated.encode(), version)]
+    return updated, [api.SetDataOp(paths.record(record.id), updated.encode(), version)]
 
 
 def retry(paths: Paths, record: Record, version: int, due_ms: int, errors: tuple[Any, ...],
@@ -181,7 +180,7 @@ def retry(paths: Paths, record: Record, version: int, due_ms: int, errors: tuple
               else paths.item_prefix(waiting, names.RETRY))
     return Completion.requeue(
         prefix=prefix, data=ITEM_DATA,
-        extra_ops=[protocol.SetDataOp(paths.record(record.id), waiting.encode(), version)],
+        extra_ops=[api.SetDataOp(paths.record(record.id), waiting.encode(), version)],
     )
 
 

@@ -18,10 +18,10 @@ from typing import Any, Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from zkqueue.engine.api import CONNECTION_ERRORS
 from zkqueue.errors import ConfigurationError, JobNotFoundError, WaitTimeoutError
 from zkqueue.jobs import store
 from zkqueue.jobs.model import Job, Record
-from zkqueue.transport.requests import CONNECTION_ERRORS
 
 log = logging.getLogger("zkqueue.jobs.waiting")
 

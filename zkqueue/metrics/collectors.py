@@ -13,7 +13,7 @@ from kazoo.exceptions import ConnectionLoss
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from zkqueue.engine.log_limits import DEFAULT_WINDOW, RepeatLimiter, is_connection_error
+from zkqueue.engine.api import DEFAULT_WINDOW, RepeatLimiter, is_connection_error
 from zkqueue.ops.depth import Depth, depths, flow_depth, job_depth, queue_depth
 
 log = logging.getLogger("zkqueue.metrics.collectors")
@@ -179,7 +179,7 @@ class InstrumentedCollector(Collector):
 
 
 def _kind(target: Any) -> str:
-    from zkqueue.engine.queue import DistributedQueue  # noqa: PLC0415
+    from zkqueue.engine.api import DistributedQueue  # noqa: PLC0415
     from zkqueue.flows import Flow  # noqa: PLC0415
     from zkqueue.jobs import JobQueue  # noqa: PLC0415
 

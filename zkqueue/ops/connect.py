@@ -38,7 +38,7 @@ def connect_option(fn: Any) -> Any:
 
 
 def client_for(connect: str, auth: str | None = None, acl: str | None = None) -> Any:
-    from zkqueue.transport.security import client_kwargs, parse_acl  # noqa: PLC0415 - keeps `zkqueue server` light
+    from zkqueue.engine.api import client_kwargs, parse_acl  # noqa: PLC0415 - keeps `zkqueue server` light
     from zkqueue.server.testing import make_client  # noqa: PLC0415
 
     try:

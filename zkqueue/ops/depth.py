@@ -12,7 +12,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from zkqueue.engine.leases import held_items
+from zkqueue.engine.api import held_items
 from zkqueue.errors import QueuePermissionError
 from zkqueue.formats import naming
 from zkqueue.ops.inspect import children

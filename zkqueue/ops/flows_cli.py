@@ -12,7 +12,7 @@ from typing import Any
 import click
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from zkqueue.engine.commit import CONNECTION_ERRORS
+from zkqueue.engine.api import CONNECTION_ERRORS
 from zkqueue.errors import ConnectionLostError, QueuePermissionError, ZkQueueError
 from zkqueue.ops.connect import NoServer, client_for
 

@@ -7,8 +7,8 @@ import logging
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 
+from zkqueue.engine.api import held_items
 from zkqueue.formats import naming
-from zkqueue.engine.leases import held_items
 from zkqueue.errors import QueuePermissionError
 
 log = logging.getLogger("zkqueue.ops.inspect")

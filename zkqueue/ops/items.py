@@ -11,12 +11,11 @@ from typing import Any, Callable, Iterable
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError, NotEmptyError
 
-from zkqueue.engine.commit import create_op, delete_op
+from zkqueue.engine import api
+from zkqueue.engine.api import create_op, delete_op, minute_buckets
 from zkqueue.errors import QueuePermissionError, QueueStateError
-from zkqueue.engine.parking import minute_buckets
 from zkqueue.formats import framing, naming
 from zkqueue.formats.serializers import BytesSerializer, JsonSerializer, StrSerializer
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.ops.items")
 
@@ -74,7 +73,7 @@ def peek(client: KazooClient, path: str, n: int = 10, serializer: str = "str") -
     path = naming.validate_queue_path(path)
     names = _order(c for c in _children(client, path) if naming.is_item_name(c) or not c.startswith("."))[:n]
     out = []
-    for name, res in zip(names, protocol.multi_read(client, [naming.join(path, c) for c in names])):
+    for name, res in zip(names, api.multi_read(client, [naming.join(path, c) for c in names])):
         if isinstance(res, BaseException):
             continue  # taken meanwhile
         data, stat = res
@@ -92,7 +91,7 @@ def delete_children(client: KazooClient, parent: str, names: list[str],
     batches = [names[i:i + PURGE_BATCH] for i in range(0, len(names), PURGE_BATCH)]
     for start in range(0, len(batches), PURGE_WINDOW):
         window = batches[start:start + PURGE_WINDOW]
-        sent = [protocol.send_multi(client, [delete_op(naming.join(parent, c)) for c in batch]) for batch in window]
+        sent = [api.send_multi(client, [delete_op(naming.join(parent, c)) for c in batch]) for batch in window]
         for batch, pending in zip(window, sent):
             result = pending.result(60.0)
             if result.ok:
@@ -100,7 +99,7 @@ def delete_children(client: KazooClient, parent: str, names: list[str],
             elif isinstance(result.failure, NoAuthError):
                 raise QueuePermissionError(f"not allowed to delete in {parent}: check auth and ACLs")
             else:
-                singles = protocol.delete_many(client, [naming.join(parent, c) for c in batch], timeout=60.0)
+                singles = api.delete_many(client, [naming.join(parent, c) for c in batch], timeout=60.0)
                 if any(isinstance(r, NoAuthError) for r in singles):
                     raise QueuePermissionError(f"not allowed to delete in {parent}: check auth and ACLs")
                 done = sum(1 for r in singles if r is True)
@@ -138,7 +137,7 @@ def purge(client: KazooClient, path: str, progress: Callable[[int, int], None] |
 def _parked_buckets(client: KazooClient, path: str) -> list[tuple[str, list[str]]]:
     """The minute buckets of the queue's schedule with the parked items in each (empty if it has none)."""
     minutes = minute_buckets(client, path)
-    return [(minute, listing) for minute, listing in zip(minutes, protocol.multi_read(client, minutes, children=True))
+    return [(minute, listing) for minute, listing in zip(minutes, api.multi_read(client, minutes, children=True))
             if not isinstance(listing, BaseException) and listing]
 
 
@@ -157,7 +156,7 @@ def quarantined(client: KazooClient, path: str, n: int | None = None, serializer
     except NoAuthError as exc:
         raise QueuePermissionError(f"not allowed to list {qpath}: check auth and ACLs") from exc
     out = []
-    for name, res in zip(names, protocol.multi_read(client, [naming.join(qpath, c) for c in names])):
+    for name, res in zip(names, api.multi_read(client, [naming.join(qpath, c) for c in names])):
         if not isinstance(res, BaseException):
             items, error = decode(res[0] or b"", serializer)
             out.append(Peeked(name, items, len(res[0] or b""), res[1].ctime, error))
@@ -175,11 +174,11 @@ def redrive(client: KazooClient, path: str, names: list[str] | None = None) -> i
         except NoNodeError:
             return 0
     moved = 0
-    for name, res in zip(names, protocol.multi_read(client, [naming.join(qpath, c) for c in names])):
+    for name, res in zip(names, api.multi_read(client, [naming.join(qpath, c) for c in names])):
         if isinstance(res, BaseException):
             continue
         data, stat = res
-        result = protocol.run_multi(client, [create_op(naming.join(path, naming.ITEM_PREFIX), data or b"",
+        result = api.run_multi(client, [create_op(naming.join(path, naming.ITEM_PREFIX), data or b"",
                                                        sequence=True),
                                              delete_op(naming.join(qpath, name), stat.version)], timeout=30.0)
         if result.ok:

@@ -16,7 +16,7 @@ from typing import Any
 import click
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from zkqueue.engine.log_limits import CONNECTION_ERRORS
+from zkqueue.engine.api import CONNECTION_ERRORS
 from zkqueue.errors import ConnectionLostError, QueuePermissionError, ZkQueueError
 from zkqueue.ops.connect import NoServer, client_for
 

@@ -34,6 +34,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
+from zkqueue.engine.api import MAX_MULTI_BYTES, MAX_MULTI_OPS, MULTI_SLACK, OP_OVERHEAD
 from zkqueue.errors import (
     AppendConflictError,
     AppendUncertainError,
@@ -45,7 +46,6 @@ from zkqueue.errors import (
     LogFormatError,
 )
 from zkqueue.progress.txn import CAS_TRIES, UNKNOWN_OUTCOME, MultiFailed, Op, cas_wait, commit, wait_connected
-from zkqueue.transport.ops import MAX_MULTI_BYTES, MAX_MULTI_OPS
 
 log = logging.getLogger("zkqueue.progress.log")
 
@@ -55,8 +55,6 @@ MAX_BUCKET_SIZE = 1_000_000
 BUCKET_PREFIX = "b-"
 ENTRY_PREFIX = "e-"
 CONSUMERS = "consumers"
-#: Bytes a create op costs in a multi besides its data and path (header, flags, ACL).
-_OP_OVERHEAD = 64
 _PRUNE_CHUNK = 500
 
 
@@ -338,9 +336,9 @@ class JobLog:
             if not isinstance(item, (bytes, bytearray)):
                 raise TypeError(f"a job is bytes, got {type(item).__name__}")
             out.append(bytes(item))
-            total += len(item) + len(self.path) + 40 + _OP_OVERHEAD
-        if total + 4096 > MAX_MULTI_BYTES:
-            raise ItemTooLargeError(total, MAX_MULTI_BYTES - 4096, what=f"append of {len(out)} jobs")
+            total += len(item) + len(self.path) + 40 + OP_OVERHEAD
+        if total + MULTI_SLACK > MAX_MULTI_BYTES:
+            raise ItemTooLargeError(total, MAX_MULTI_BYTES - MULTI_SLACK, what=f"append of {len(out)} jobs")
         if len(out) + 4 > MAX_MULTI_OPS:
             raise ConfigurationError(f"append_many takes at most {MAX_MULTI_OPS - 4} items per call")
         return out

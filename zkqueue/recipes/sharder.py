@@ -33,6 +33,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
+from zkqueue.engine.backoff import Backoff
 from zkqueue.formats import naming
 from zkqueue.errors import ConfigurationError, QueueNotStartedError, QueueStateError
 
@@ -181,7 +182,7 @@ class LeaderLatch:
         self._wake.set()
 
     def _loop(self) -> None:
-        failures = 0
+        backoff = Backoff(initial=0.1, maximum=2.0)  # after failed checks in a row
         while not self._closed.is_set():
             self._wake.wait()
             if self._closed.is_set():
@@ -189,12 +190,11 @@ class LeaderLatch:
             self._wake.clear()
             try:
                 self._check()
-                failures = 0
+                backoff.succeeded()
             except Exception as exc:  # never die: retry with a back-off
-                failures += 1
                 log.warning("leader latch %s check failed: %r (retrying)", self._path, exc)
                 self._leader.clear()
-                if self._closed.wait(min(2.0, 0.05 * 2**failures)):
+                if self._closed.wait(backoff.failed()):
                     break
                 self._wake.set()
 

@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from zkqueue.engine.api import Backoff
 from zkqueue.errors import TaskError, WorkerLostError
 from zkqueue.runtime import child
 from zkqueue.runtime.attempt import RAN, Attempt
@@ -112,19 +113,18 @@ class ProcessDriver:
 
     def _new_slot(self, thread: threading.Thread) -> _Slot:
         """A child for ``thread``'s slot, once it is up: an attempt's clock never runs while a child starts."""
-        failures = 0
+        backoff = Backoff(initial=0.2, maximum=5.0)
         while True:
             slot = _Slot(self._ctx, f"{thread.name}-child")
             with self._lock:
                 self._slots[thread] = slot
             if slot.wait_ready():
                 return slot
-            failures += 1
             slot.process.join(5)
             log.error("a child process of the pool died as it started (exit code %s); starting another",
                       slot.process.exitcode)
             slot.kill()
-            time.sleep(min(5.0, 0.1 * 2 ** min(failures, 6)))
+            time.sleep(backoff.failed())
 
     def _run(self, slot: _Slot, attempt: Attempt) -> bool:
         """Send ``attempt`` to the child and settle it with the answer; False if the child gave none."""

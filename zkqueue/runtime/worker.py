@@ -33,6 +33,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, Sequence
 
+from zkqueue.engine.api import Backoff
 from zkqueue.errors import ConfigurationError, JobTimeoutError, QueueClosedError
 from zkqueue.jobs import hooks
 from zkqueue.jobs.model import Job, check_timeout
@@ -103,9 +104,13 @@ class Route:
 Router = Callable[[JobQueue, Job], Route]
 
 
+#: The pause of a claimer or the dispatcher after errors in a row: 0.1 s doubling up to 5 s.
+ERROR_BACKOFF = Backoff(initial=0.1, maximum=5.0)
+
+
 def _pause(failures: int) -> float:
-    """Seconds to pause after ``failures`` errors in a row: 0.1 s doubling up to 5 s."""
-    return min(5.0, 0.1 * 2 ** min(max(failures, 1) - 1, 6))
+    """Seconds to pause after ``failures`` errors in a row (:data:`ERROR_BACKOFF`)."""
+    return ERROR_BACKOFF.delay(failures)
 
 
 class Worker:

@@ -34,8 +34,8 @@ from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpir
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
+from zkqueue.engine.api import new_client
 from zkqueue.errors import ConfigurationError, SessionLostError  # SessionLostError: importable here as before
-from zkqueue.transport.handler import new_client
 
 log = logging.getLogger("zkqueue.spark.clients")
 

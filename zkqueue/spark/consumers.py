@@ -32,11 +32,10 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from zkqueue.engine import blobs
-from zkqueue.formats import framing, large_ref, naming; from zkqueue.transport import protocol
-from zkqueue.engine.commit import CONNECTION_ERRORS
+from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_BATCH_SIZE, blobs
+from zkqueue.formats import framing, large_ref, naming
+from zkqueue.engine import api
 from zkqueue.engine.leases import item_claim_ops, item_finish_ops
-from zkqueue.engine.queue import DEFAULT_BATCH_SIZE
 from zkqueue.errors import ConfigurationError
 from zkqueue.spark.multis import commit_groups
 from zkqueue.spark.clients import (
@@ -97,7 +96,7 @@ class ConsumeResult:
 
 def _queue_class(kind: str) -> type:
     if kind == "plain":
-        from zkqueue.engine.queue import DistributedQueue  # noqa: PLC0415
+        from zkqueue.engine.api import DistributedQueue  # noqa: PLC0415
 
         return DistributedQueue
     if kind == "priority":
@@ -381,7 +380,7 @@ def read_queue(
         locks: dict[str, tuple[str, str]] = {}
         if lock_path is not None:
             batch, locks = _lock(client, path, lock_path, batch, token)
-        reads = protocol.multi_read(client, [naming.join(path, n) for n in batch])
+        reads = api.multi_read(client, [naming.join(path, n) for n in batch])
         keep: list[tuple[str, int, list[bytes], list[Any]]] = []
         release: list[str] = []
         for name, res in zip(batch, reads):
@@ -473,7 +472,7 @@ def _remove(client: Any, path: str, keep: list[tuple[str, int, list[bytes], list
     group atomically with the release of its lock; return the names removed."""
     groups = []
     for name, version, _payloads, extra in keep:
-        ops: list[Any] = [protocol.DeleteOp(naming.join(path, name), version), *extra]
+        ops: list[Any] = [api.DeleteOp(naming.join(path, name), version), *extra]
         if name in locks:
             lock, fence = locks[name]
             ops = item_finish_ops(fence, lock, ops)
@@ -488,7 +487,7 @@ def _remove(client: Any, path: str, keep: list[tuple[str, int, list[bytes], list
 
 
 def _release(client: Any, held: list[tuple[str, str]]) -> None:
-    groups = [[protocol.DeleteOp(fence), protocol.DeleteOp(lock)] for lock, fence in held]
+    groups = [[api.DeleteOp(fence), api.DeleteOp(lock)] for lock, fence in held]
     for res in commit_groups(client, groups):
         if res is not True and not isinstance(res.failure, NoNodeError):
             log.warning("read_queue: releasing a lock failed: %r (it expires with the session)", res.failure)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from zkqueue.engine.commit import op_size
-from zkqueue.transport import protocol
+from zkqueue.engine import api
+from zkqueue.engine.api import op_size
+
 
 
 class SentGroups:
@@ -16,13 +17,13 @@ class SentGroups:
         self._client = client
         self._groups = groups
         self._limit = limit
-        budget = protocol.jute_max_buffer(limit) - protocol.REQUEST_HEADER_BYTES - protocol.MULTI_HEADER_BYTES - 1024
+        budget = api.jute_max_buffer(limit) - api.REQUEST_HEADER_BYTES - api.MULTI_HEADER_BYTES - 1024
         chunks: list[list[int]] = []
         current: list[int] = []
         ops_in = used = 0
         for index, group in enumerate(groups):
             size = sum(op_size(op) for op in group)  # an upper estimate: cheap, and never over the limit
-            if current and (ops_in + len(group) > protocol.MAX_MULTI_OPS or used + size > budget):
+            if current and (ops_in + len(group) > api.MAX_MULTI_OPS or used + size > budget):
                 chunks.append(current)
                 current, ops_in, used = [], 0, 0
             current.append(index)
@@ -30,7 +31,7 @@ class SentGroups:
             used += size
         if current:
             chunks.append(current)
-        self._pending = [(chunk, protocol.run_multi_async(client, [op for g in chunk for op in groups[g]],
+        self._pending = [(chunk, api.run_multi_async(client, [op for g in chunk for op in groups[g]],
                                                           limit=limit)) for chunk in chunks]
 
     def results(self) -> list[Any]:
@@ -47,7 +48,7 @@ class SentGroups:
                 out[chunk[0]] = res
             else:
                 retry.extend(chunk)
-        singles = [(g, protocol.run_multi_async(self._client, self._groups[g], limit=self._limit)) for g in retry]
+        singles = [(g, api.run_multi_async(self._client, self._groups[g], limit=self._limit)) for g in retry]
         for g, result in singles:
             res = result.get()
             out[g] = True if res.ok else res

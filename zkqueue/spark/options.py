@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from zkqueue.engine import api
+from zkqueue.engine.api import MAX_MULTI_OPS, jute_max_buffer
 from zkqueue.formats import large_ref, naming
 from zkqueue.errors import ConfigurationError
-from zkqueue.transport.protocol import MAX_MULTI_OPS, jute_max_buffer
 from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings, parse_auth
 
 log = logging.getLogger("zkqueue.spark.options")
@@ -36,7 +37,7 @@ log = logging.getLogger("zkqueue.spark.options")
 KINDS = ("plain", "priority", "delay", "id")
 BUILTIN_SERIALIZERS = ("auto", "bytes", "str", "json")
 #: Default of option maxItemBytes (as ``QueueBuilder.large_items``).
-DEFAULT_MAX_ITEM_BYTES = 64 * 2**20
+DEFAULT_MAX_ITEM_BYTES = api.DEFAULT_MAX_ITEM_BYTES
 #: Default key column per queue kind.
 DEFAULT_KEY_COLUMN = {"priority": "priority", "delay": "delay_until", "id": "id"}
 #: Column names of Spark's Kafka sink that the zkqueue sink follows (see the module docstring).
@@ -226,7 +227,7 @@ class SinkOptions:
         """The engine's :class:`~zkqueue.engine.blobs.LargeItems` for these options (None unless largeItems)."""
         if not self.large_items:
             return None
-        from zkqueue.engine.blobs import LargeItems  # noqa: PLC0415
+        from zkqueue.engine.api import LargeItems  # noqa: PLC0415
 
         return LargeItems(self.max_item_bytes, self.large_item_compression)
 

@@ -53,9 +53,9 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoAuthError, NodeExistsError, NoNodeError
 
-from zkqueue.engine.blobs import BlobWriter, LargeItems
-from zkqueue.engine.commit import create_op
-from zkqueue.formats import framing, naming; from zkqueue.transport import protocol
+from zkqueue.engine.api import BlobWriter, LargeItems, create_op
+from zkqueue.formats import framing, naming
+from zkqueue.engine import api
 from zkqueue.errors import ItemTooLargeError, QueueFullError, QueuePermissionError, SerializationError
 from zkqueue.spark.clients import TRANSIENT_ERRORS, await_session, call_with_reconnect, session_id
 from zkqueue.spark.options import SinkOptions, load_serializer
@@ -107,7 +107,7 @@ class _Chunk:
     def with_marker(self, marker: str) -> _Chunk:
         """The same chunk under another marker name (its first op is the marker's create)."""
         first = self.ops[0]
-        ops = [protocol.CreateOp(marker, first.data, first.acl, False, False), *self.ops[1:]]
+        ops = [api.CreateOp(marker, first.data, first.acl, False, False), *self.ops[1:]]
         return _Chunk(ops, self.rows, self.nodes, self.first_row, marker, self.large, self.digest)
 
 
@@ -329,7 +329,7 @@ class PartitionWriter:
         self.stats = SinkStats()
         self._session = session_id(client)  # the session this write must keep (see _call)
         limit = options.jute_max_buffer
-        self._budget = limit - protocol.REQUEST_HEADER_BYTES - protocol.MULTI_HEADER_BYTES
+        self._budget = limit - api.REQUEST_HEADER_BYTES - api.MULTI_HEADER_BYTES
         if self.scope_path is not None:
             self._budget -= _MARKER_RESERVE
         self._acl = client.default_acl or None
@@ -341,7 +341,7 @@ class PartitionWriter:
         """Bytes a sequential create at ``prefix`` adds to a multi, without its data."""
         base = self._base_sizes.get(prefix)
         if base is None:
-            base = protocol.op_size(protocol.CreateOp(prefix, b"", self._acl, False, True), self.client)
+            base = api.op_size(api.CreateOp(prefix, b"", self._acl, False, True), self.client)
             if len(self._base_sizes) < 10_000:
                 self._base_sizes[prefix] = base
         return base
@@ -405,7 +405,7 @@ class PartitionWriter:
                     ops, rows, used = [], 0, 0
                 yield self._large_chunk(node, data)
                 continue
-            op = protocol.CreateOp(node.prefix, data, acl, False, True)
+            op = api.CreateOp(node.prefix, data, acl, False, True)
             base = self._base(node.prefix)
             size = base + len(data)
             if size > self._budget:
@@ -430,7 +430,7 @@ class PartitionWriter:
         if self.scope_path is not None:
             marker = f"{self.scope_path}/p{self.partition}-r{first_row}"
             digest = chunk_digest(ops)
-            ops = [protocol.CreateOp(marker, f"{rows}:{digest}".encode(), None, False, False), *ops]
+            ops = [api.CreateOp(marker, f"{rows}:{digest}".encode(), None, False, False), *ops]
         return _Chunk(ops, rows, nodes, first_row, marker, digest=digest)
 
     def _large_chunk(self, node: _Node, data: bytes) -> _Chunk:
@@ -465,7 +465,7 @@ class PartitionWriter:
                 continue
             if self.options.max_items is not None:
                 self._wait_for_room(chunk.nodes)
-            window.append((chunk, protocol.run_multi_async(self.client, chunk.ops)))
+            window.append((chunk, api.run_multi_async(self.client, chunk.ops)))
             if len(window) >= inflight and self._finish(*window.pop(0)):
                 # The head had to be re-sent: settle the rest of the window before sending anything newer,
                 # so re-sent chunks keep their place in the partition's order.
@@ -478,7 +478,7 @@ class PartitionWriter:
     def _blob_writer(self) -> BlobWriter:
         if self._blobs is None:
             from zkqueue.engine.context import QueueContext  # noqa: PLC0415
-            from zkqueue.engine.stats import Counters  # noqa: PLC0415
+            from zkqueue.engine.api import Counters  # noqa: PLC0415
 
             assert self._large is not None
             path = self.options.path
@@ -529,7 +529,7 @@ class PartitionWriter:
                   self.partition, len(data), path)
 
     def _send(self, chunk: _Chunk) -> Any:
-        return self._call(lambda: protocol.run_multi(self.client, chunk.ops))
+        return self._call(lambda: api.run_multi(self.client, chunk.ops))
 
     def _finish(self, chunk: _Chunk, pending: Any) -> bool:
         """Wait for one chunk's multi, re-sending it where that is needed and safe; True if it was re-sent."""
@@ -572,7 +572,7 @@ class PartitionWriter:
                         "row order is not stable): writing them; some rows may be stored twice", chunk.first_row,
                         chunk.first_row + chunk.rows - 1, self.partition, chunk.marker)
             alternate = chunk.with_marker(f"{chunk.marker}-{chunk.digest}")
-            self._finish(alternate, self._call(lambda: protocol.run_multi_async(self.client, alternate.ops)))
+            self._finish(alternate, self._call(lambda: api.run_multi_async(self.client, alternate.ops)))
             return True
         if isinstance(failure, NoAuthError):
             raise QueuePermissionError(

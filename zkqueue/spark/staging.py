@@ -29,15 +29,13 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from zkqueue.engine import blobs
-from zkqueue.engine.commit import create_op, delete_op
-from zkqueue.engine.leases import removal_ops
+from zkqueue.engine import api
+from zkqueue.engine.api import blobs, create_op, delete_op, removal_ops
 from zkqueue.errors import ConfigurationError, CorruptItemError, QueueStateError
 from zkqueue.formats import framing, large_ref, naming
 from zkqueue.spark.clients import TRANSIENT_ERRORS, await_session, call_with_reconnect, session_id
 from zkqueue.spark.consumers import ordered_names
 from zkqueue.spark.multis import commit_groups
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.spark.staging")
 
@@ -63,7 +61,7 @@ _WINDOW = 3
 #: Tries of one batch's staging across lost connections (each waits for the session to come back).
 _ATTEMPTS = 5
 #: Upper estimate of the bytes one delete, check or lock op adds to a multi, beyond its path.
-_OP_BYTES = 64
+_OP_BYTES = api.OP_OVERHEAD
 
 
 #: (session id, consumer root) of the owner nodes this process holds: a second reader of the same consumer id in
@@ -274,7 +272,7 @@ class Stage:
         rows = 0
         inflight: list[tuple[_Segment, Any]] = []
         for segment in self._segments(batch, names, max_items):
-            inflight.append((segment, protocol.send_multi(self.client, segment.ops(self.acl), limit=self.limit)))
+            inflight.append((segment, api.send_multi(self.client, segment.ops(self.acl), limit=self.limit)))
             if len(inflight) >= _WINDOW:
                 rows += self._settle(*inflight.pop(0))
         while inflight:
@@ -286,7 +284,7 @@ class Stage:
 
     def _segments(self, batch: str, names: list[str], max_items: int | None) -> Iterator[_Segment]:
         """Segments of due nodes (read ahead a chunk at a time), each fitting one multi, until ``max_items``."""
-        budget = protocol.jute_max_buffer(self.limit) - _SLACK
+        budget = api.jute_max_buffer(self.limit) - _SLACK
         planned = 0
         index = 0
         segment = _Segment(f"{batch}/{SEGMENT_PREFIX}{index:06d}")
@@ -295,12 +293,12 @@ class Stage:
             names = names[:max_items]  # every node gives at least one row: no need to read further
         chunks = [names[i : i + _READ_CHUNK] for i in range(0, len(names), _READ_CHUNK)]
         prefix = self.queue_path + "/"
-        reads_ahead = [protocol.send_multi_read(self.client, [prefix + n for n in chunk])
+        reads_ahead = [api.send_multi_read(self.client, [prefix + n for n in chunk])
                        for chunk in chunks[:_READS_AHEAD]]
         for k, chunk in enumerate(chunks):
             reads = reads_ahead.pop(0).result()
             if k + _READS_AHEAD < len(chunks):  # keep reading ahead while this chunk's segments commit
-                reads_ahead.append(protocol.send_multi_read(self.client, [prefix + n for n in chunks[k + _READS_AHEAD]]))
+                reads_ahead.append(api.send_multi_read(self.client, [prefix + n for n in chunks[k + _READS_AHEAD]]))
             for name, res in zip(chunk, reads):
                 if isinstance(res, BaseException):
                     continue  # taken by someone else meanwhile
@@ -347,7 +345,7 @@ class Stage:
             del segment.entries[at]  # lost a race for it: it stays where it is now
             if not segment.entries:
                 return 0
-            result = protocol.run_multi(self.client, segment.ops(self.acl), limit=self.limit)
+            result = api.run_multi(self.client, segment.ops(self.acl), limit=self.limit)
         return sum(e.rows for e in segment.entries)
 
     def _move_ops(self, name: str, data: bytes, version: int, large: bool) -> list[Any]:
@@ -423,7 +421,7 @@ def decode_staged(client: Any, segments: Iterable[str]) -> Iterator[tuple[str, i
     """(queue node name, index in node, payload) of every item in ``segments``, in order. Large items are read
     back from their blobs one at a time; a node that cannot be decoded is skipped and logged."""
     segments = list(segments)
-    reads = call_with_reconnect(client, lambda: protocol.multi_read(client, segments),
+    reads = call_with_reconnect(client, lambda: api.multi_read(client, segments),
                                 "reading staging segments") if segments else []
     for segment, res in zip(segments, reads):
         if isinstance(res, BaseException):

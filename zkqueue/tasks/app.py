@@ -15,6 +15,7 @@ from typing import Any, Callable, TypeVar, overload
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from zkqueue.engine import api
 from zkqueue.errors import ConfigurationError, JobNotFoundError, UnknownTaskError
 from zkqueue.formats.serializers import JsonSerializer
 from zkqueue.jobs import store
@@ -27,7 +28,6 @@ from zkqueue.tasks.handle import JobHandle
 from zkqueue.tasks.params import Call, to_params
 from zkqueue.tasks.registry import Registry
 from zkqueue.tasks.task import Task
-from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.tasks.app")
 
@@ -263,7 +263,7 @@ class App:
         paths = {name: store.Paths(naming.queue_path(self.namespace, name)) for name in names}
         reads = [(name, path) for name in names
                  for path in (paths[name].record(job_id), *paths[name].ended(job_id))]
-        found = sorted({name for (name, _p), res in zip(reads, protocol.multi_read(self.client, [p for _n, p in reads]))
+        found = sorted({name for (name, _p), res in zip(reads, api.multi_read(self.client, [p for _n, p in reads]))
                         if not isinstance(res, BaseException)}) if reads else []
         if not found:
             raise JobNotFoundError(f"no job {job_id!r} in any queue of the app ({', '.join(names) or 'none'})")

@@ -16,8 +16,8 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from zkqueue.engine.api import new_client
 from zkqueue.errors import ConfigurationError, ConnectFailedError, QueueClosedError
-from zkqueue.transport.handler import new_client
 
 log = logging.getLogger("zkqueue.tasks.connection")
 

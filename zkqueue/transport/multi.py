@@ -54,7 +54,7 @@ from zkqueue.transport.ops import (
     jute_max_buffer,
 )
 from zkqueue.transport.pipeline import _DerivedResult, _ready
-from zkqueue.transport.requests import _Reply, _send
+from zkqueue.transport.requests import _Reply, _send, enqueue
 
 __all__ = [
     "MultiResult",
@@ -128,7 +128,7 @@ def run_multi_async(client: Any, ops: Iterable[Op], *, limit: int | None = None)
     if size > cap:
         raise ItemTooLargeError(size, cap, f"multi request of {len(ops)} ops")
     inner = client.handler.async_result()
-    client._call(Transaction(requests), inner)
+    enqueue(client, Transaction(requests), inner)
     count = len(ops)
 
     def combine(values: list[Any]) -> MultiResult:

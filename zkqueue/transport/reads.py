@@ -41,7 +41,7 @@ from zkqueue.transport.ops import (
     jute_max_buffer,
 )
 from zkqueue.transport.pipeline import _DerivedResult, _ready
-from zkqueue.transport.requests import _send
+from zkqueue.transport.requests import _send, enqueue
 
 __all__ = ["MULTI_READ_OPCODE", "MultiRead", "multi_read", "multi_read_async"]
 
@@ -168,7 +168,7 @@ def multi_read_async(
     parts = []
     for request in requests:
         part = client.handler.async_result()
-        client._call(request, part)
+        enqueue(client, request, part)
         parts.append(part)
     if len(parts) == 1:
         return parts[0]

@@ -78,10 +78,17 @@ def call(client: Any, request: Any, *, timeout: float | None = None) -> Any:
     return _send(client, request).get(timeout)
 
 
+def enqueue(client: Any, request: Any, result: Any) -> None:
+    """Queue a kazoo request record on ``client``, in order with its other calls; its reply (or error) is set on
+    ``result`` (an async result). The one place zkqueue calls kazoo's private ``_call``: kazoo has no public way to
+    send a request record it builds no method for (``MultiRead``, a prebuilt ``Transaction``)."""
+    client._call(request, result)
+
+
 def _send(client: Any, request: Any) -> _Reply:
     """Queue ``request`` on the client (in order with its other calls); the reply arrives in the returned slot."""
     reply = _Reply()
-    client._call(request, reply)
+    enqueue(client, request, reply)
     return reply
 
 
