@@ -562,9 +562,9 @@ def test_create_returns_the_sequential_name_without_the_chroot(proxied_client_fa
 
 
 def client_request_for_create(client: KazooClient, path: str):
-    from zkqueue.transport.protocol import _to_request  # noqa: PLC0415 - the request record kazoo would send
+    from zkqueue.transport.protocol import to_request  # noqa: PLC0415 - the request record kazoo would send
 
-    return _to_request(client, CreateOp(path))
+    return to_request(client, CreateOp(path))
 
 
 def test_create_raises_kazoo_errors(zk_client) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kazoo.protocol.paths import _prefix_root
 
-from zkqueue.transport.protocol import _full_path
+from zkqueue.transport.protocol import full_path
 
 PATHS = ["/a", "/a/b", "/q/queue-", "/a/b/", "/a//b", "/a/./b", "/a/../b", "a/b", "/", "/a.b/c.d", "/.hidden"]
 
@@ -21,7 +21,7 @@ def _outcome(fn, *args, **kwargs):
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("trailing", [False, True])
 def test_full_path_matches_kazoo(root: str, path: str, trailing: bool) -> None:
-    assert _outcome(_full_path, root, path, trailing) == _outcome(_prefix_root, root, path, trailing=trailing)
+    assert _outcome(full_path, root, path, trailing) == _outcome(_prefix_root, root, path, trailing=trailing)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -49,7 +49,7 @@ def test_send_creates_bytes_equal_kazoo_transaction(chroot: str, seed: int) -> N
     from kazoo.protocol.serialization import Transaction
     from kazoo.security import make_acl, make_digest_acl
 
-    from zkqueue.transport.protocol import CreateOp, _to_request, send_creates
+    from zkqueue.transport.protocol import CreateOp, to_request, send_creates
 
     rng = random.Random(seed)
     acls = [None, [make_acl("world", "anyone", all=True)],
@@ -64,7 +64,7 @@ def test_send_creates_bytes_equal_kazoo_transaction(chroot: str, seed: int) -> N
     client = _RecordingClient(chroot, default_acl=rng.choice(acls))
     send_creates(client, items, acl=acl, ephemeral=ephemeral, sequence=sequence)
     (ours,) = client.sent
-    expected = Transaction([_to_request(client, CreateOp(p, d, acl, ephemeral, sequence)) for p, d in items])
+    expected = Transaction([to_request(client, CreateOp(p, d, acl, ephemeral, sequence)) for p, d in items])
     assert ours.type == Transaction.type
     assert bytes(ours.serialize()) == bytes(expected.serialize())
 
@@ -92,7 +92,7 @@ def test_multi_body_equals_kazoo_transaction(chroot: str, seed: int) -> None:
     from kazoo.protocol.serialization import Transaction
     from kazoo.security import make_acl, make_digest_acl
 
-    from zkqueue.transport.protocol import CheckOp, CreateOp, DeleteOp, SetDataOp, _to_request, multi_body
+    from zkqueue.transport.protocol import CheckOp, CreateOp, DeleteOp, SetDataOp, to_request, multi_body
 
     rng = random.Random(1000 + seed)
     acls = [None, [make_acl("world", "anyone", all=True)], [make_digest_acl("u", "p", all=True)]]
@@ -114,7 +114,7 @@ def test_multi_body_equals_kazoo_transaction(chroot: str, seed: int) -> None:
         else:
             ops.append(CheckOp(path, rng.choice([0, 5])))
     client = _RecordingClient(chroot, default_acl=rng.choice(acls))
-    expected = Transaction([_to_request(client, op) for op in ops]).serialize()
+    expected = Transaction([to_request(client, op) for op in ops]).serialize()
     assert multi_body(client, ops) == bytes(expected)
 
 
@@ -124,7 +124,7 @@ def test_prebuilt_multi_reply_parses_like_kazoo(seed: int) -> None:
 
     from kazoo.protocol.serialization import Transaction, int_struct, multiheader_struct, stat_struct, write_string
 
-    from zkqueue.transport.protocol import _PrebuiltTransaction
+    from zkqueue.transport.protocol import PrebuiltTransaction
 
     rng = random.Random(seed)
     body = bytearray(b"\x00" * 3)  # the reply starts at an offset, as in kazoo's connection
@@ -139,7 +139,7 @@ def test_prebuilt_multi_reply_parses_like_kazoo(seed: int) -> None:
             body += int_struct.pack(rng.choice([0, -2, -101, -110, -103, -102]))
     body += multiheader_struct.pack(-1, True, -1)
     buf = bytes(body)
-    ours = _PrebuiltTransaction.deserialize(buf, 3)
+    ours = PrebuiltTransaction.deserialize(buf, 3)
     theirs = Transaction.deserialize(buf, 3)
     assert [type(x) for x in ours] == [type(x) for x in theirs]
     assert [x if not isinstance(x, Exception) else type(x) for x in ours] == [

@@ -31,7 +31,7 @@ from zkqueue.engine.config import DEFAULT_BATCH_SIZE, QueueConfig
 from zkqueue.engine.leases import held_items, removal_ops
 from zkqueue.engine.log_limits import DEFAULT_WINDOW, RepeatLimiter, is_connection_error
 from zkqueue.engine.parking import minute_buckets, parked_count
-from zkqueue.engine.put_markers import DEFAULT_READ_WAIT, ClientConnection, read_retrying
+from zkqueue.engine.put_markers import DEFAULT_READ_WAIT, ClientConnection, read_retrying, wait_connected
 from zkqueue.engine.queue import DistributedQueue
 from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
 from zkqueue.engine.stats import Counters
@@ -113,4 +113,5 @@ __all__ = [
     "send_multi",
     "send_multi_read",
     "set_op",
+    "wait_connected",
 ]

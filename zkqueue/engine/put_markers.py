@@ -245,6 +245,17 @@ class _ClientConnected:
         return bool(self._client.connected) or self._client.client_state == KeeperState.CLOSED
 
 
+def wait_connected(client: Any, timeout: float, stop: Any = None) -> bool:
+    """Wait up to ``timeout`` seconds for ``client`` to be connected (or for ``stop``, an Event, to be set);
+    whether it is. The one such wait of the layers above (flows, ordered consumers)."""
+    deadline = time.monotonic() + timeout
+    while not client.connected:
+        if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
+            return False
+        time.sleep(0.05)
+    return True
+
+
 class ClientConnection:
     """A bare kazoo client's connection as :func:`read_retrying` waits on it (polled; no listener to remove), for
     readers without a queue's :class:`~zkqueue.engine.context.ConnectionWatch` (flows, queues not started)."""

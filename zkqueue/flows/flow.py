@@ -13,7 +13,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 from kazoo.recipe.watchers import DataWatch
 
 from zkqueue.engine import api
-from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_READ_WAIT, ClientConnection, read_retrying
+from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_READ_WAIT, ClientConnection, read_retrying, wait_connected
 from zkqueue.errors import (
     ConfigurationError,
     CorruptItemError,
@@ -24,7 +24,7 @@ from zkqueue.errors import (
 )
 from zkqueue.flows import model, store
 from zkqueue.flows.definition import Definition, Step, check_name, make_step
-from zkqueue.flows.handoff import Handoff, wait_connected
+from zkqueue.flows.handoff import RECONNECT_WAIT, Handoff
 from zkqueue.flows.model import FlowJob, FlowRecord, FlowState
 from zkqueue.flows.worker import FlowWorker
 from zkqueue.formats import naming
@@ -240,7 +240,7 @@ class Flow:
             except CONNECTION_ERRORS as exc:
                 log.warning("adding flow job %s lost its connection (%r); checking", job_id, exc)
                 lost = True
-                wait_connected(self.client)
+                wait_connected(self.client, RECONNECT_WAIT)
                 continue
             if result.ok:
                 self.handoff.counts.count(first.name, "added")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from zkqueue.engine import api
-from zkqueue.engine.api import CONNECTION_ERRORS, Completion, delete_op
+from zkqueue.engine.api import CONNECTION_ERRORS, Completion, delete_op, wait_connected
 from zkqueue.errors import CorruptItemError, QueueStateError
 from zkqueue.flows import definition, model, store
 from zkqueue.flows.definition import Definition, Ending
@@ -57,12 +57,6 @@ class StepRef:
         return self.record.id
 
 
-def wait_connected(client: Any, timeout: float = RECONNECT_WAIT) -> bool:
-    """Wait up to ``timeout`` seconds for ``client`` to be connected; whether it is."""
-    deadline = time.monotonic() + timeout
-    while not client.connected and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return bool(client.connected)
 
 
 class StepCounts:
@@ -180,7 +174,7 @@ class Handoff:
             except CONNECTION_ERRORS as exc:
                 log.warning("hand-off of %s/%s lost its reply (%r); checking", ref.step, ref.job_id, exc)
                 ambiguous = True
-                wait_connected(self._client)
+                wait_connected(self._client, RECONNECT_WAIT)
                 continue
             if result.ok:
                 if read is None:

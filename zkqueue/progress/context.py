@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from zkqueue.errors import AppendConflictError, ProgressFencedError
-from zkqueue.progress.txn import CAS_TRIES, UNKNOWN_OUTCOME, MultiFailed, cas_wait, commit, wait_connected
+from zkqueue.engine.api import wait_connected
+from zkqueue.progress.txn import CAS_TRIES, UNKNOWN_OUTCOME, MultiFailed, cas_wait, commit
 
 if TYPE_CHECKING:
     from zkqueue.progress.attempts import JobRun

@@ -45,7 +45,8 @@ from zkqueue.errors import (
     JobPrunedError,
     LogFormatError,
 )
-from zkqueue.progress.txn import CAS_TRIES, UNKNOWN_OUTCOME, MultiFailed, Op, cas_wait, commit, wait_connected
+from zkqueue.engine.api import wait_connected
+from zkqueue.progress.txn import CAS_TRIES, UNKNOWN_OUTCOME, MultiFailed, Op, cas_wait, commit
 
 log = logging.getLogger("zkqueue.progress.log")
 

@@ -17,7 +17,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError
 
 from zkqueue.errors import ProgressFencedError, ProgressFormatError
-from zkqueue.progress.txn import UNKNOWN_OUTCOME, MultiFailed, Op, commit, wait_connected
+from zkqueue.engine.api import wait_connected
+from zkqueue.progress.txn import UNKNOWN_OUTCOME, MultiFailed, Op, commit
 
 log = logging.getLogger("zkqueue.progress.store")
 

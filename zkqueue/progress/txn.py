@@ -65,11 +65,3 @@ def cas_wait(attempt: int) -> None:
     time.sleep(CAS_BACKOFF.delay(attempt))
 
 
-def wait_connected(client: KazooClient, timeout: float, stop: Any = None) -> bool:
-    """Wait until ``client`` is connected (or ``stop``, an Event, is set); whether it is."""
-    deadline = time.monotonic() + timeout
-    while not client.connected:
-        if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
-            return False
-        time.sleep(0.05)
-    return True

@@ -5,7 +5,7 @@
   ``TransactionRequest.commit`` hides failures in its result list; :class:`MultiResult` does not.
 * :func:`send_multi` sends a multi without waiting and returns a :class:`PendingMulti`. Its body is built straight
   from the ops as bytes (:func:`multi_body`, equal to kazoo's ``Transaction.serialize``) and sent as a
-  ``_PrebuiltTransaction``, whose reply parsing matches kazoo's. :func:`send_creates` is the queue's put path:
+  ``PrebuiltTransaction``, whose reply parsing matches kazoo's. :func:`send_creates` is the queue's put path:
   one multi of many creates with the shared parts serialized once.
 
 Failures of a whole request (``ConnectionLoss``, ``SessionExpiredError``, a closed client) are raised by the
@@ -47,14 +47,14 @@ from zkqueue.transport.ops import (
     SetDataOp,
     _check_data,
     _chroot,
-    _full_path,
+    full_path,
     _requests_size,
     _resolve_acl,
-    _to_request,
+    to_request,
     jute_max_buffer,
 )
-from zkqueue.transport.pipeline import _DerivedResult, _ready
-from zkqueue.transport.requests import _Reply, _send, enqueue
+from zkqueue.transport.pipeline import DerivedResult, ready_result
+from zkqueue.transport.requests import Reply, send_request, enqueue
 
 __all__ = [
     "MultiResult",
@@ -121,8 +121,8 @@ def run_multi_async(client: Any, ops: Iterable[Op], *, limit: int | None = None)
     """
     ops = _check_ops(ops)
     if not ops:
-        return _ready(client, MultiResult(True, [], None, None))
-    requests = [_to_request(client, op) for op in ops]
+        return ready_result(client, MultiResult(True, [], None, None))
+    requests = [to_request(client, op) for op in ops]
     size = _requests_size(requests)
     cap = jute_max_buffer(limit)
     if size > cap:
@@ -137,7 +137,7 @@ def run_multi_async(client: Any, ops: Iterable[Op], *, limit: int | None = None)
             raise RuntimeError(f"multi returned {len(results)} results for {count} ops")
         return MultiResult.from_results(results)
 
-    return _DerivedResult([inner], combine)
+    return DerivedResult([inner], combine)
 
 
 class PendingMulti:
@@ -145,7 +145,7 @@ class PendingMulti:
 
     __slots__ = ("_count", "_reply")
 
-    def __init__(self, reply: _Reply, count: int) -> None:
+    def __init__(self, reply: Reply, count: int) -> None:
         self._reply = reply
         self._count = count
 
@@ -172,7 +172,7 @@ def send_multi(client: Any, ops: Iterable[Op], *, limit: int | None = None) -> P
 
 def _no_ops() -> PendingMulti:
     """An empty multi: answered at once, nothing sent."""
-    reply = _Reply()
+    reply = Reply()
     reply.set([])
     return PendingMulti(reply, 0)
 
@@ -183,7 +183,7 @@ def _send_body(client: Any, body: bytes, count: int, limit: int | None, what: st
     cap = jute_max_buffer(limit)
     if size > cap:
         raise ItemTooLargeError(size, cap, what)
-    return PendingMulti(_send(client, _PrebuiltTransaction(body)), count)
+    return PendingMulti(send_request(client, PrebuiltTransaction(body)), count)
 
 
 _CREATE_HEADER = multiheader_struct.pack(Create.type, False, -1)
@@ -214,7 +214,7 @@ def multi_body(client: Any, ops: Sequence[Op]) -> bytes:
     for op in ops:
         if isinstance(op, DeleteOp):
             out += _DELETE_HEADER
-            out += write_string(_full_path(root, op.path))
+            out += write_string(full_path(root, op.path))
             out += pack(op.version)
         elif isinstance(op, CreateOp):
             acl = _resolve_acl(client, op.acl)
@@ -222,18 +222,18 @@ def multi_body(client: Any, ops: Sequence[Op]) -> bytes:
             if acl_bytes is None:
                 acl_bytes = acls[id(acl)] = _acl_bytes(acl)
             out += _CREATE_HEADER
-            out += write_string(_full_path(root, op.path, trailing=op.sequence))
+            out += write_string(full_path(root, op.path, trailing=op.sequence))
             out += _buffer(op.data)
             out += acl_bytes
             out += pack(op.flags)
         elif isinstance(op, SetDataOp):
             out += _SET_DATA_HEADER
-            out += write_string(_full_path(root, op.path))
+            out += write_string(full_path(root, op.path))
             out += _buffer(op.data)
             out += pack(op.version)
         elif isinstance(op, CheckOp):
             out += _CHECK_HEADER
-            out += write_string(_full_path(root, op.path))
+            out += write_string(full_path(root, op.path))
             out += pack(op.version)
         else:
             raise TypeError(f"not a multi op: {op!r} (use CreateOp, DeleteOp, SetDataOp or CheckOp)")
@@ -241,7 +241,7 @@ def multi_body(client: Any, ops: Sequence[Op]) -> bytes:
     return bytes(out)
 
 
-class _PrebuiltTransaction(Transaction):
+class PrebuiltTransaction(Transaction):
     """A multi whose body was serialized by the sender (kazoo still treats it as a Transaction: same opcode,
     same reply parsing and chroot removal)."""
 
@@ -285,7 +285,7 @@ class _PrebuiltTransaction(Transaction):
 
 def _create_head_tail(client: Any, op: CreateOp) -> tuple[bytes, bytes]:
     """The bytes of ``op`` in a multi before its data (op header, path) and after it (ACL, flags)."""
-    full = _full_path(_chroot(client), op.path, trailing=op.sequence)
+    full = full_path(_chroot(client), op.path, trailing=op.sequence)
     return _CREATE_HEADER + write_string(full), _acl_bytes(_resolve_acl(client, op.acl)) + int_struct.pack(op.flags)
 
 

@@ -8,7 +8,7 @@
   check before sending and raise :class:`~zkqueue.errors.ItemTooLargeError` instead.
 
 The other request modules share what is here: the argument checks, the chroot and default-ACL handling
-(``_full_path``, ``_to_request``), the string size on the wire and the header sizes of a request and of a multi op.
+(``full_path``, ``to_request``), the string size on the wire and the header sizes of a request and of a multi op.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def _chroot(client: Any) -> str:
     return (getattr(client, "chroot", None) or "") if client is not None else ""
 
 
-def _full_path(root: str, path: str, trailing: bool = False) -> str:
+def full_path(root: str, path: str, trailing: bool = False) -> str:
     """``path`` with the chroot ``root`` prepended, as kazoo's ``_prefix_root`` makes it.
 
     Paths the queues send are already normal (absolute, no empty, ``.`` or ``..`` segments), and for those
@@ -197,18 +197,18 @@ def _full_path(root: str, path: str, trailing: bool = False) -> str:
     return _prefix_root(root, path, trailing=trailing)
 
 
-def _to_request(client: Any, op: Op) -> Any:
+def to_request(client: Any, op: Op) -> Any:
     """The kazoo request record for one op, with the client's chroot applied."""
     root = _chroot(client)
     if isinstance(op, CreateOp):
-        path = _full_path(root, op.path, trailing=op.sequence)
+        path = full_path(root, op.path, trailing=op.sequence)
         return Create(path, op.data, list(_resolve_acl(client, op.acl)), op.flags)
     if isinstance(op, DeleteOp):
-        return Delete(_full_path(root, op.path), op.version)
+        return Delete(full_path(root, op.path), op.version)
     if isinstance(op, SetDataOp):
-        return SetData(_full_path(root, op.path), op.data, op.version)
+        return SetData(full_path(root, op.path), op.data, op.version)
     if isinstance(op, CheckOp):
-        return CheckVersion(_full_path(root, op.path), op.version)
+        return CheckVersion(full_path(root, op.path), op.version)
     raise TypeError(f"not a multi op: {op!r} (use CreateOp, DeleteOp, SetDataOp or CheckOp)")
 
 
@@ -231,7 +231,7 @@ def op_size(op: Op, client: Any = None) -> int:
 
     ``client`` supplies the chroot (which is part of every path on the wire) and the default ACL.
     """
-    return _request_size(_to_request(client, op))
+    return _request_size(to_request(client, op))
 
 
 def _request_size(req: Any) -> int:
@@ -250,7 +250,7 @@ def _request_size(req: Any) -> int:
 
 def multi_request_size(ops: Iterable[Op], client: Any = None) -> int:
     """The packet length (as the server checks it against ``jute.maxbuffer``) of one multi holding ``ops``."""
-    return _requests_size([_to_request(client, op) for op in ops])
+    return _requests_size([to_request(client, op) for op in ops])
 
 
 def _requests_size(requests: Sequence[Any]) -> int:

@@ -3,8 +3,8 @@
 * :func:`get_many`, :func:`create_many`, :func:`delete_many` and :func:`pipeline` issue many ``*_async`` calls
   at once and gather their results in order (value or exception object per call); :func:`gather` waits for
   async results already started.
-* ``_DerivedResult`` is one async result made of several (the chunks of a multiRead, the reply of a multi turned
-  into a MultiResult), settled in the thread that asks for it; ``_ready`` is an async result answered at once.
+* ``DerivedResult`` is one async result made of several (the chunks of a multiRead, the reply of a multi turned
+  into a MultiResult), settled in the thread that asks for it; ``ready_result`` is an async result answered at once.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ __all__ = ["Call", "create_many", "delete_many", "gather", "get_many", "pipeline
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _ready(client: Any, value: Any) -> IAsyncResult:
+def ready_result(client: Any, value: Any) -> IAsyncResult:
     result = client.handler.async_result()
     result.set(value)
     return result
 
 
-class _DerivedResult:
+class DerivedResult:
     """An IAsyncResult whose value is ``combine([part values])``, or the first part's exception.
 
     The value is computed in the thread that asks for it, never through kazoo's completion thread: a

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from zkqueue.transport.multi import (
-    _PrebuiltTransaction,  # noqa: F401 - imported from here by tests
+    PrebuiltTransaction,  # noqa: F401 - imported from here by tests
     MultiResult,
     PendingMulti,
     multi_body,
@@ -44,8 +44,8 @@ from zkqueue.transport.ops import (
     DeleteOp,
     Op,
     SetDataOp,
-    _full_path,  # noqa: F401 - imported from here by tests
-    _to_request,  # noqa: F401 - imported from here by tests
+    full_path,  # noqa: F401 - imported from here by tests
+    to_request,  # noqa: F401 - imported from here by tests
     jute_max_buffer,
     max_create_data,
     multi_request_size,

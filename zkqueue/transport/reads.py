@@ -36,12 +36,12 @@ from zkqueue.transport.ops import (
     REQUEST_HEADER_BYTES,
     _check_path,
     _chroot,
-    _full_path,
+    full_path,
     _string_size,
     jute_max_buffer,
 )
-from zkqueue.transport.pipeline import _DerivedResult, _ready
-from zkqueue.transport.requests import _send, enqueue
+from zkqueue.transport.pipeline import DerivedResult, ready_result
+from zkqueue.transport.requests import send_request, enqueue
 
 __all__ = ["MULTI_READ_OPCODE", "MultiRead", "multi_read", "multi_read_async"]
 
@@ -142,7 +142,7 @@ def _read_requests(
         _check_path(path)
     opcode = GetChildren.type if children else GetData.type
     root = _chroot(client)
-    reads = [(opcode, _full_path(root, path)) for path in paths]
+    reads = [(opcode, full_path(root, path)) for path in paths]
     return [MultiRead(tuple(chunk)) for chunk in _chunk_reads(reads, jute_max_buffer(limit), max_ops)]
 
 
@@ -164,7 +164,7 @@ def multi_read_async(
     """
     requests = _read_requests(client, paths, children, max_ops, limit)
     if not requests:
-        return _ready(client, [])
+        return ready_result(client, [])
     parts = []
     for request in requests:
         part = client.handler.async_result()
@@ -172,7 +172,7 @@ def multi_read_async(
         parts.append(part)
     if len(parts) == 1:
         return parts[0]
-    return _DerivedResult(parts, lambda values: [r for value in values for r in value])
+    return DerivedResult(parts, lambda values: [r for value in values for r in value])
 
 
 class PendingRead:
@@ -202,7 +202,7 @@ def send_multi_read(
 ) -> PendingRead:
     """Send a multiRead of ``paths`` now and wait later (through :func:`call`'s lighter reply slots). Sent after a
     write on the same session, it sees that write: ZooKeeper answers one session's requests in order."""
-    return PendingRead([_send(client, request) for request in _read_requests(client, paths, children, max_ops, limit)])
+    return PendingRead([send_request(client, request) for request in _read_requests(client, paths, children, max_ops, limit)])
 
 
 def multi_read(

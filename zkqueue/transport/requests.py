@@ -1,10 +1,10 @@
 """Direct synchronous requests: one kazoo request record through the client's queue, one light reply slot.
 
 :func:`call` sends any request record (``Create``, ``Transaction``, ``MultiRead``...) in order with every other
-call of the client and waits for its reply in a ``_Reply``, a lock the connection thread releases, instead of
+call of the client and waits for its reply in a ``Reply``, a lock the connection thread releases, instead of
 kazoo's two async results chained on its completion thread. :func:`create` is ``client.create`` on this path;
 the multi (:mod:`zkqueue.transport.multi`) and multiRead (:mod:`zkqueue.transport.reads`) modules send
-through ``_send`` and wait on the same slots.
+through ``send_request`` and wait on the same slots.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from zkqueue.transport.ops import CreateOp, _to_request
+from zkqueue.transport.ops import CreateOp, to_request
 
 #: Errors meaning "we lost the connection; the outcome of the request is unknown".
 CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
@@ -23,7 +23,7 @@ CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 __all__ = ["call", "create", "send_create"]
 
 
-class _Reply:
+class Reply:
     """The slot kazoo's connection thread fills with one request's reply (``set``/``set_exception``).
 
     kazoo's synchronous calls wait through two async results chained on its completion thread (three thread
@@ -75,7 +75,7 @@ def call(client: Any, request: Any, *, timeout: float | None = None) -> Any:
     keep the chroot, except a ``Transaction``'s (kazoo removes it). With ``timeout`` a missing reply raises
     ``KazooTimeoutError``; the request may still complete later.
     """
-    return _send(client, request).get(timeout)
+    return send_request(client, request).get(timeout)
 
 
 def enqueue(client: Any, request: Any, result: Any) -> None:
@@ -85,9 +85,9 @@ def enqueue(client: Any, request: Any, result: Any) -> None:
     client._call(request, result)
 
 
-def _send(client: Any, request: Any) -> _Reply:
+def send_request(client: Any, request: Any) -> Reply:
     """Queue ``request`` on the client (in order with its other calls); the reply arrives in the returned slot."""
-    reply = _Reply()
+    reply = Reply()
     enqueue(client, request, reply)
     return reply
 
@@ -95,12 +95,12 @@ def _send(client: Any, request: Any) -> _Reply:
 def create(client: Any, op: CreateOp, *, timeout: float | None = None) -> str:
     """Create one node (``op``) and return its path (with the server's sequence suffix, without the chroot):
     ``client.create`` through :func:`call`."""
-    return client.unchroot(call(client, _to_request(client, op), timeout=timeout))
+    return client.unchroot(call(client, to_request(client, op), timeout=timeout))
 
 
-def send_create(client: Any, op: CreateOp) -> _Reply:
+def send_create(client: Any, op: CreateOp) -> Reply:
     """Send the create ``op`` now, in order with the client's other calls, without waiting: ``get()`` on the
     returned slot gives the created path (with the chroot) or raises the create's error. A request sent after it
     on the same session sees the node (ZooKeeper answers one session's requests in order), so parents can be
     created in the same round trip as the children put under them."""
-    return _send(client, _to_request(client, op))
+    return send_request(client, to_request(client, op))
