@@ -9,7 +9,8 @@ What is here, by job:
   :class:`Completion` (how a claimed node ends, with extra ops in the same fenced multi), :class:`ClaimHook` and
   :class:`ClaimedNode` (ops added to a claim), :data:`Outcome` (a node held by a pull-mode claim).
 - **Ops and multis**: the op constructors (:func:`create_op`, :func:`delete_op`, :func:`check_op`,
-  :func:`set_op`), their sizes and the server's limits, and the requests that send them or read many nodes at once
+  :func:`set_op`), their sizes (:func:`op_size`, exact, as serialized; :func:`op_cost`, a cheap upper estimate)
+  and the server's limits, and the requests that send them or read many nodes at once
   (:func:`multi_read`, :func:`run_multi`, ...); :data:`CONNECTION_ERRORS`, the errors after which a request's
   outcome is unknown.
 - **Lease layout queries**: :func:`held_items` (which items are leased), :func:`removal_ops` (delete an item unless
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 from zkqueue.engine import blobs
 from zkqueue.engine.backoff import Backoff
-from zkqueue.engine.blobs import DEFAULT_MAX_ITEM_BYTES, BlobWriter, LargeItems
-from zkqueue.engine.commit import CONNECTION_ERRORS, MULTI_SLACK, OP_OVERHEAD, check_op, create_op, delete_op, op_size
+from zkqueue.engine.blobs import DEFAULT_MAX_ITEM_BYTES, BlobTarget, BlobWriter, LargeItems
+from zkqueue.engine.commit import CONNECTION_ERRORS, MULTI_SLACK, OP_OVERHEAD, check_op, create_op, delete_op
+from zkqueue.engine.commit import op_size as op_cost
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.config import DEFAULT_BATCH_SIZE, QueueConfig
 from zkqueue.engine.leases import held_items, removal_ops
@@ -41,6 +43,7 @@ from zkqueue.transport.protocol import (
     MAX_MULTI_OPS,
     MULTI_HEADER_BYTES,
     REQUEST_HEADER_BYTES,
+    op_size,
     CheckOp,
     CreateOp,
     DeleteOp,
@@ -75,6 +78,7 @@ __all__ = [
     "OP_OVERHEAD",
     "REQUEST_HEADER_BYTES",
     "Backoff",
+    "BlobTarget",
     "BlobWriter",
     "CheckOp",
     "ClaimHook",
@@ -103,6 +107,7 @@ __all__ = [
     "multi_read",
     "multi_read_async",
     "new_client",
+    "op_cost",
     "op_size",
     "parked_count",
     "parse_acl",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
@@ -157,10 +157,34 @@ def _note_reference(client: Any, ref: BlobRef, head: tuple[bytes, Any], item_pat
 
 
 # ---------------------------------------------------------------------------------------------- writing
-class BlobWriter:
-    """Puts of large items for one queue: blob, chunks, then the commit multi with the reference item."""
+class Reconnect(Protocol):
+    def wait(self, timeout: float) -> bool: ...
 
-    def __init__(self, ctx: QueueContext, settings: LargeItems) -> None:
+
+class Tally(Protocol):
+    def add(self, key: str, n: int = 1) -> None: ...
+
+
+@dataclass(frozen=True)
+class BlobTarget:
+    """What a :class:`BlobWriter` writes through: the client, the queue whose blobs they are, the ACL of the nodes
+    it creates, the request size limit, ``connection.wait(seconds) -> bool`` (wait for the client to be back) and
+    ``counters.add(key)``. A queue's :class:`~zkqueue.engine.context.QueueContext` is one; a writer outside a queue
+    (the Spark sink) builds one."""
+
+    client: Any
+    queue_path: str
+    acl: Any
+    jute_max_buffer: int
+    connection: Reconnect
+    counters: Tally
+
+
+class BlobWriter:
+    """Puts of large items for one queue: blob, chunks, then the commit multi with the reference item. ``ctx``:
+    a :class:`BlobTarget` (or the queue's context, which has the same fields)."""
+
+    def __init__(self, ctx: BlobTarget | QueueContext, settings: LargeItems) -> None:
         self._ctx = ctx
         self.settings = settings
         self.root = blob_root(ctx.queue_path)

@@ -55,9 +55,10 @@ def op_size(op: Any, chroot_len: int = 0) -> int:
     return node_cost(op.path, getattr(op, "data", None), chroot_len)
 
 
-def run_multi_retrying(ctx: QueueContext, ops: list[Any]) -> Any:
+def run_multi_retrying(ctx: Any, ops: list[Any]) -> Any:
     """run_multi, sent again once after reconnecting on a connection error (for multis whose repeat is safe:
-    fenced, version-checked, or creating a name of their own)."""
+    fenced, version-checked, or creating a name of their own). ``ctx``: a queue's context, or anything with its
+    ``client``, ``jute_max_buffer`` and ``connection.wait`` (a :class:`~zkqueue.engine.blobs.BlobTarget`)."""
     try:
         return protocol.run_multi(ctx.client, ops, limit=ctx.jute_max_buffer)
     except CONNECTION_ERRORS:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
-from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, NoAuthError, NoNodeError
 
 from zkqueue.engine.api import CONNECTION_ERRORS
 from zkqueue.errors import ConnectionLostError, QueuePermissionError, ZkQueueError
@@ -68,7 +68,7 @@ def zk_session(connect: str, auth: str | None, acl: str | None = None, give_up: 
         yield client
     except (QueuePermissionError, NoAuthError) as exc:
         raise NotAllowed(str(exc) or "not allowed: check --auth and the ACLs") from exc
-    except (*CONNECTION_ERRORS, ConnectionLostError) as exc:
+    except (*CONNECTION_ERRORS, ConnectionClosedError, ConnectionLostError) as exc:
         raise NoServer(f"lost the connection to ZooKeeper at {connect} ({type(exc).__name__}): is the server "
                        "up?") from exc
     except NoNodeError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from zkqueue.engine import api
-from zkqueue.engine.api import op_size
+from zkqueue.engine.api import op_cost
 
 
 
@@ -22,7 +22,7 @@ class SentGroups:
         current: list[int] = []
         ops_in = used = 0
         for index, group in enumerate(groups):
-            size = sum(op_size(op) for op in group)  # an upper estimate: cheap, and never over the limit
+            size = sum(op_cost(op) for op in group)  # an upper estimate: cheap, and never over the limit
             if current and (ops_in + len(group) > api.MAX_MULTI_OPS or used + size > budget):
                 chunks.append(current)
                 current, ops_in, used = [], 0, 0

@@ -53,7 +53,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoAuthError, NodeExistsError, NoNodeError
 
-from zkqueue.engine.api import BlobWriter, LargeItems, create_op
+from zkqueue.engine.api import BlobTarget, BlobWriter, Counters, LargeItems, create_op
 from zkqueue.formats import framing, naming
 from zkqueue.engine import api
 from zkqueue.errors import ItemTooLargeError, QueueFullError, QueuePermissionError, SerializationError
@@ -477,28 +477,13 @@ class PartitionWriter:
 
     def _blob_writer(self) -> BlobWriter:
         if self._blobs is None:
-            from zkqueue.engine.context import QueueContext  # noqa: PLC0415
-            from zkqueue.engine.api import Counters  # noqa: PLC0415
-
             assert self._large is not None
             path = self.options.path
-            closing = threading.Event()
-            ctx = QueueContext(
-                client=self.client,
-                queue_path=path,
-                lock_path=None,
-                quarantine_path=path + "-quarantine",
-                receipt_path=path + "-receipts",
-                acl=self._acl,
-                jute_max_buffer=self.options.jute_max_buffer,
-                lock_names="qualified",
-                counters=Counters(),
-                connection=_Connection(self.client, self._session, f"sink write to {path}"),  # type: ignore[arg-type]
-                closing=closing,
-                is_running=lambda: not closing.is_set(),
-                chroot_len=len((getattr(self.client, "chroot", None) or "").encode("utf-8")),
-            )
-            self._blobs = BlobWriter(ctx, self._large)
+            target = BlobTarget(client=self.client, queue_path=path, acl=self._acl,
+                                jute_max_buffer=self.options.jute_max_buffer,
+                                connection=_Connection(self.client, self._session, f"sink write to {path}"),
+                                counters=Counters())
+            self._blobs = BlobWriter(target, self._large)
         return self._blobs
 
     def _put_large(self, chunk: _Chunk) -> None:
