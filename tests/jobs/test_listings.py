@@ -11,7 +11,7 @@ from zkqueue.aio import AsyncJobQueue
 from zkqueue.errors import ConfigurationError
 from zkqueue.formats.serializers import StrSerializer
 from zkqueue.jobs import JobQueue, JobState, RetryPolicy
-from zkqueue.transport import protocol
+from zkqueue.engine import api
 
 PATH = "/jobs/listed"
 
@@ -83,7 +83,7 @@ def test_a_job_with_params_the_serializer_cannot_read_is_listed_with_its_raw_byt
 
 
 def test_a_job_that_finishes_between_the_listing_and_the_read_is_left_out(zk_client, monkeypatch) -> None:
-    real = protocol.multi_read
+    real = api.multi_read
     with JobQueue(zk_client, PATH) as jq:
         jq.add_all([("a", 1), ("b", 2), ("c", 3)])
         held = jq.take(max_jobs=2, timeout=5)
@@ -95,7 +95,7 @@ def test_a_job_that_finishes_between_the_listing_and_the_read_is_left_out(zk_cli
                 armed.pop()()  # the job ends after the listing, before its record is read
             return real(client, paths, *args, **kwargs)
 
-        monkeypatch.setattr(protocol, "multi_read", finish_then_read)
+        monkeypatch.setattr(api, "multi_read", finish_then_read)
         armed.append(lambda: held.__exit__(None, None, None))  # a and b complete
         assert jq.in_progress() == [] and not armed
         assert jq.get("a").state is JobState.COMPLETED

@@ -44,7 +44,7 @@ from zkqueue.errors import (  # JobDeadError: defined in zkqueue.errors, importa
 from zkqueue.formats import naming
 from zkqueue.jobs import names, store
 from zkqueue.jobs.claims import Claimed
-from zkqueue.jobs.model import Job, JobState, Record, check_timeout
+from zkqueue.jobs.model import Job, JobState, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT, JobQueue
 from zkqueue.jobs.scope import ClaimedJob, HeldJob, scope_completion
 
@@ -326,12 +326,7 @@ class AsyncJobQueue(Opened):
     # ------------------------------------------------------------------------------------------ looking
     async def get(self, job_id: str) -> Job | None:
         """:meth:`JobQueue.get` through one async multiRead: the job in any state, or None if unknown."""
-        p = self.sync.paths
-        paths = [p.record(job_id), *p.ended(job_id)]
-        for res in await from_kazoo(multi_read_async(self.client, paths)):
-            if not isinstance(res, BaseException):
-                return self.sync.outcomes.view(Record.decode(res[0]))
-        return None
+        return self.sync.job_of(await from_kazoo(multi_read_async(self.client, self.sync.job_paths(job_id))))
 
     async def wait_result(self, job_id: str, timeout: float | None = None) -> Any:
         """The result of job ``job_id`` once it completes: waits on ZooKeeper watches of its finished records
@@ -347,8 +342,7 @@ class AsyncJobQueue(Opened):
             raise WaitTimeoutError(f"job {job_id!r} of {self.path} did not finish within {timeout}s") from exc
 
     async def _wait_result(self, job_id: str) -> Any:
-        p = self.sync.paths
-        finished = p.ended(job_id)  # completed, dead, cancelled
+        record, *finished = self.sync.job_paths(job_id)  # unfinished; completed, dead, cancelled
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
         wake = to_loop(loop, lambda *_a: changed.set())
@@ -363,17 +357,17 @@ class AsyncJobQueue(Opened):
                     if stat is None:
                         continue
                     try:
-                        data, _stat = await from_kazoo(self.client.get_async(path))
+                        read = await from_kazoo(self.client.get_async(path))
                     except NoNodeError:  # reaped or re-added meanwhile
                         break
-                    job = self.sync.outcomes.view(Record.decode(data))
+                    job = self.sync.job_of([read])
                     if job.state is JobState.DEAD:
                         raise JobDeadError(job)
                     if job.state is JobState.CANCELLED:
                         raise JobCancelledError(job)
                     return job.result
                 else:
-                    if await from_kazoo(self.client.exists_async(p.record(job_id))) is None:
+                    if await from_kazoo(self.client.exists_async(record)) is None:
                         unseen += 1  # gone from records/ and not finished: look once more (it may just have moved)
                         if unseen >= 2:
                             raise JobNotFoundError(f"no job {job_id!r} in {self.path}")

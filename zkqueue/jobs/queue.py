@@ -497,10 +497,20 @@ class JobQueue:
         return read_retrying(call, ClientConnection(self._client), DEFAULT_READ_WAIT, what)
 
     def get(self, job_id: str) -> Job | None:
-        """The job with ``job_id`` (queued, active, retrying, completed or dead), or None if unknown. On a started
-        queue a lost connection is waited out (see :meth:`counts`)."""
-        paths = [self.paths.record(job_id), *self.paths.ended(job_id)]
-        reads = self._look(lambda: api.multi_read(self._client, paths), f"reading job {job_id}")
+        """The job with ``job_id`` (queued, active, retrying, completed, dead or cancelled), or None if unknown. On
+        a started queue a lost connection is waited out (see :meth:`counts`)."""
+        paths = self.job_paths(job_id)
+        return self.job_of(self._look(lambda: api.multi_read(self._client, paths), f"reading job {job_id}"))
+
+    def job_paths(self, job_id: str) -> list[str]:
+        """Where job ``job_id``'s record may be, in the order :meth:`job_of` reads them: unfinished, then
+        completed, dead and cancelled (a seam for readers that do their own I/O, such as :mod:`zkqueue.aio`: they
+        need not know the layout)."""
+        return [self.paths.record(job_id), *self.paths.ended(job_id)]
+
+    def job_of(self, reads: Sequence[Any]) -> Job | None:
+        """The job in ``reads`` (a multi-read of :meth:`job_paths`, or of its finished part: ``(data, stat)`` or an
+        exception per path), as :meth:`get` shows it; None if no path held it."""
         for res in reads:
             if not isinstance(res, BaseException):
                 return self._outcomes.view(Record.decode(res[0]))
