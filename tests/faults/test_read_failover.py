@@ -16,7 +16,6 @@ from faultrun import strike  # type: ignore[import-not-found]
 
 import zkqueue
 from zkqueue import BytesSerializer, ConnectionLostError, QueueBuilder
-from zkqueue.engine import put_markers
 from zkqueue.engine.commit import CONNECTION_ERRORS
 from zkqueue.flows import Flow
 from zkqueue.jobs import JobQueue
@@ -78,7 +77,7 @@ def test_reads_wait_out_a_leader_kill(ensemble) -> None:
         client.close()
 
 
-def test_reads_raise_connection_lost_error_past_their_wait(ensemble, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reads_raise_connection_lost_error_past_their_wait(ensemble) -> None:
     follower = ensemble.followers()[0]
     # a client of that one node only: frozen, it cannot reconnect anywhere (the ensemble keeps its quorum)
     client = make_client(fresh_chroot(ensemble.node_connect_string(follower), "/read-lost-"), timeout=4.0)
@@ -90,8 +89,7 @@ def test_reads_raise_connection_lost_error_past_their_wait(ensemble, monkeypatch
     try:
         flow_id = flow.add({"n": 1})
         assert flow.get(flow_id) is not None
-        flow.read_wait = looker.read_wait = 2.0
-        monkeypatch.setattr(put_markers, "DEFAULT_READ_WAIT", 2.0)  # the wait of a queue that is not started
+        flow.read_wait = looker.read_wait = jq.read_wait = 2.0  # jq: the wait of a queue that is not started
 
         ensemble.pause(follower)  # SIGSTOP: the request in flight gets no reply; kazoo ends it with ConnectionLoss
         started = time.monotonic()

@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from zkqueue.formats import naming
+from zkqueue import BytesSerializer, DistributedQueue
+from zkqueue.formats import framing, naming
 from zkqueue.errors import ConfigurationError
 from zkqueue.spark import consume, put_partition, read_queue
 
@@ -80,3 +81,65 @@ def test_read_queue_skips_items_a_consumer_holds(spark, zk_hosts, zk_client):
     got = read_queue(spark, zk_hosts, "/held", lock_path="/held-locks").collect()
     assert [bytes(r.value) for r in got] == [b"a", b"c"]
     assert zk_client.get_children("/held") == [names[1]]
+
+
+def test_read_queue_leaves_what_a_pull_consumer_holds_and_ends_its_own_leases(spark, zk_hosts, zk_client):
+    _fill(zk_hosts, "/pull", [b"a", b"b", b"c", b"d"])
+    names = sorted(zk_client.get_children("/pull"))
+    other = DistributedQueue(zk_client, None, BytesSerializer(), "/pull", lock_path="/pull-locks",
+                             put_in_background=False)
+    other.start()
+    try:
+        (held,) = other.claim_nodes(1, timeout=10.0)  # a lock-safe consumer holds the head node
+        assert held.name == names[0]
+        theirs = sorted(zk_client.get_children("/pull-locks"))  # its item lock and its session fence
+        assert len(theirs) == 2 and len(zk_client.get_children(f"/pull/{names[0]}")) == 1  # + its fence child
+
+        got = read_queue(spark, zk_hosts, "/pull", lock_path="/pull-locks").collect()
+        assert [bytes(r.value) for r in got] == [b"b", b"c", b"d"]
+        assert zk_client.get_children("/pull") == [names[0]]
+        # read_queue's leases and its session's fence are gone with it; the other consumer's are untouched
+        assert sorted(zk_client.get_children("/pull-locks")) == theirs
+        assert len(zk_client.get_children(f"/pull/{names[0]}")) == 1
+
+        other.complete_nodes([held])  # its lease still holds: its fenced ack commits
+    finally:
+        other.close()
+    assert zk_client.get_children("/pull") == [] and zk_client.get_children("/pull-locks") == []
+
+
+def test_read_queue_skips_corrupt_nodes_and_with_a_lock_path_quarantines_them(spark, zk_hosts, zk_client):
+    _fill(zk_hosts, "/cq", [b"a"])
+    bad = zk_client.create("/cq/queue-", b"not a framed item", sequence=True).rsplit("/", 1)[1]
+    zk_client.create("/cq/queue-", framing.encode_items([b"z"]), sequence=True)
+
+    got = read_queue(spark, zk_hosts, "/cq", max_items=1).collect()  # no lock path: skipped and left in place
+    assert [bytes(r.value) for r in got] == [b"a"]
+    assert bad in zk_client.get_children("/cq")
+    got = read_queue(spark, zk_hosts, "/cq", lock_path="/cq-locks").collect()  # the pull claim quarantines it
+    assert [bytes(r.value) for r in got] == [b"z"]
+    assert zk_client.get_children("/cq") == []
+    # (named after it; the engine adds a sequence suffix when the quarantine node did not exist yet)
+    (quarantined,) = zk_client.get_children("/cq-quarantine")
+    assert quarantined.startswith(bad) and zk_client.get(f"/cq-quarantine/{quarantined}")[0] == b"not a framed item"
+    assert zk_client.get_children("/cq-locks") == []
+
+
+def test_read_queue_with_a_lock_path_follows_each_kinds_order(spark, zk_hosts, zk_client):
+    import datetime
+
+    rows = [{"v": f"p{p}-{i}".encode(), "priority": p} for i, p in enumerate([3, -1, 2, -1, 0])]
+    put_partition(rows, zk_hosts, "/kp", value_column="v", kind="priority")
+    got = read_queue(spark, zk_hosts, "/kp", kind="priority", lock_path="/kp-locks", max_items=4).collect()
+    assert [(r.priority, bytes(r.value)) for r in got] == [(-1, b"p-1-1"), (-1, b"p-1-3"), (0, b"p0-4"), (2, b"p2-2")]
+    assert zk_client.get_children("/kp-locks") == [] and len(zk_client.get_children("/kp")) == 1
+
+    utc = datetime.timezone.utc
+    due = [datetime.datetime(2001, 1, 2, tzinfo=utc), datetime.datetime(2999, 1, 1, tzinfo=utc),
+           datetime.datetime(2001, 1, 1, tzinfo=utc)]
+    put_partition(({"v": f"d{i}".encode(), "delay_until": d} for i, d in enumerate(due)), zk_hosts, "/kd",
+                  value_column="v", kind="delay")
+    got = read_queue(spark, zk_hosts, "/kd", kind="delay", lock_path="/kd-locks").collect()
+    assert [bytes(r.value) for r in got] == [b"d2", b"d0"]  # due ones only, by due time
+    assert [r.delay_until for r in got] == [int(d.timestamp() * 1000) for d in (due[2], due[0])]
+    assert zk_client.get_children("/kd-locks") == [] and len(zk_client.get_children("/kd")) == 1

@@ -102,7 +102,8 @@ def test_read_queue_takes_large_items_the_engine_put(spark, zk_hosts, zk_client,
         for p in payloads:
             queue.put(p)
         assert queue.stats().large_items_put == 2
-    # One more reference whose blob is gone: skipped, logged, left for a queue consumer to quarantine.
+    # One more reference whose blob is gone: a corrupt node, which read_queue's pull claim (with a lock path)
+    # quarantines, as a lock-safe consumer does (without a lock path it would be skipped and left in place).
     names = sorted(zk_client.get_children("/eng"))
     broken = large_ref.decode_ref(zk_client.get(f"/eng/{names[3]}")[0])
     zk_client.delete(broken.blob, recursive=True)
@@ -112,8 +113,10 @@ def test_read_queue_takes_large_items_the_engine_put(spark, zk_hosts, zk_client,
         rest = read_queue(spark, zk_hosts, "/eng", lock_path="/eng-locks").collect()
     assert [_digest(bytes(r.value)) for r in first] == [_digest(p) for p in payloads[:2]]
     assert [bytes(r.value) for r in rest] == [b"third"]
-    assert any("skipping corrupt node" in r.getMessage() and names[3] in r.getMessage() for r in caplog.records)
-    assert zk_client.get_children("/eng") == [names[3]]
+    assert any("1 corrupt node(s) of /eng moved to /eng-quarantine" in r.getMessage() for r in caplog.records)
+    assert zk_client.get_children("/eng") == []
+    (quarantined,) = zk_client.get_children("/eng-quarantine")  # named after it (maybe with a sequence suffix)
+    assert quarantined.startswith(names[3])
     assert zk_client.get_children("/eng-blobs") == []  # the first large item's blob went with it
     assert zk_client.get_children("/eng-locks") == []
 

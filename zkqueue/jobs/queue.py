@@ -16,7 +16,15 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, NotEmptyError
 
 from zkqueue.engine import api
-from zkqueue.engine.api import CONNECTION_ERRORS, DistributedQueue, held_items, parked_count
+from zkqueue.engine.api import (
+    CONNECTION_ERRORS,
+    DEFAULT_READ_WAIT,
+    ClientConnection,
+    DistributedQueue,
+    held_items,
+    parked_count,
+    read_retrying,
+)
 from zkqueue.errors import (
     ConfigurationError,
     CorruptItemError,
@@ -485,16 +493,18 @@ class JobQueue:
             return stat.version == held.version  # it did not (written again, or folded into the end)
 
     # ------------------------------------------------------------------------------------------ looking
+    #: Seconds a look at a queue that is not started (opened only to look) waits out a lost connection; a started
+    #: queue waits for the engine's put outcome wait.
+    read_wait: float = DEFAULT_READ_WAIT
+
     def _look(self, call: Callable[[], Any], what: str) -> Any:
         """``call()``, a read for a caller who looks at the queue (get, counts): on a started queue a lost
         connection (a leader election) is waited out as the puts wait it out, for up to the engine's put outcome
         wait, instead of raising ConnectionLoss mid-failover; past it, :class:`~zkqueue.errors.ConnectionLostError`.
-        A queue not started (opened only to look) waits on its client for the default of that wait."""
+        A queue not started (opened only to look) waits on its client for :attr:`read_wait` seconds."""
         if self._engine.is_started:
             return self._engine.read_retrying(call, what)
-        from zkqueue.engine.api import DEFAULT_READ_WAIT, ClientConnection, read_retrying  # noqa: PLC0415
-
-        return read_retrying(call, ClientConnection(self._client), DEFAULT_READ_WAIT, what)
+        return read_retrying(call, ClientConnection(self._client), self.read_wait, what)
 
     def get(self, job_id: str) -> Job | None:
         """The job with ``job_id`` (queued, active, retrying, completed, dead or cancelled), or None if unknown. On

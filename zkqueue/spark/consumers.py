@@ -30,12 +30,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
-from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_BATCH_SIZE, blobs
+from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_BATCH_SIZE, Outcome, blobs
 from zkqueue.formats import framing, large_ref, naming
 from zkqueue.engine import api
-from zkqueue.engine.leases import item_claim_ops, item_finish_ops
 from zkqueue.errors import ConfigurationError
 from zkqueue.spark.multis import commit_groups
 from zkqueue.spark.clients import (
@@ -316,6 +315,40 @@ def key_of(name: str, kind: str) -> Any:
 _KEY_FIELD = {"priority": ("priority", "int"), "delay": ("delay_until", "bigint"), "id": ("id", "string")}
 
 
+class _Rows:
+    """The DataFrame's columns, filled node by node from local data."""
+
+    def __init__(self, kind: str, serializer: str) -> None:
+        self.kind = kind
+        self.binary = serializer == "bytes"
+        self.names: list[str] = []
+        self.idx: list[int] = []
+        self.values: list[Any] = []
+        self.keys: list[Any] = []
+
+    def add(self, name: str, payloads: list[bytes]) -> None:
+        key = key_of(name, self.kind)
+        for i, payload in enumerate(payloads):
+            self.names.append(name)
+            self.idx.append(i)
+            self.values.append(payload if self.binary else payload.decode("utf-8", "replace"))
+            self.keys.append(key)
+
+    def table(self) -> Any:
+        import pyarrow as pa  # noqa: PLC0415
+
+        columns = {
+            "name": pa.array(self.names, pa.string()),
+            "idx": pa.array(self.idx, pa.int32()),
+            "value": pa.array(self.values, pa.binary() if self.binary else pa.string()),
+        }
+        if self.kind in _KEY_FIELD:
+            field_name, type_name = _KEY_FIELD[self.kind]
+            arrow_type = {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}[type_name]
+            columns[field_name] = pa.array(self.keys, arrow_type)
+        return pa.table(columns)
+
+
 def read_queue(
     spark: Any,
     hosts: str,
@@ -336,29 +369,38 @@ def read_queue(
     Columns: ``name`` (item node), ``idx`` (position in a multi-item node), ``value`` (binary for
     ``serializer="bytes"``, string for ``"str"`` and ``"json"``, the JSON text), plus ``priority`` / ``delay_until``
     / ``id`` for those kinds. Rows follow queue order. Whole nodes are taken, and a node is left in the queue if
-    its items would go past ``max_items``. The exception is the first node, which is always taken.
+    its items would go past ``max_items``. The exception is the first node, which is always taken. The nodes
+    looked at are (at most as many as) those due when the call starts, ``chunk`` nodes a round.
 
-    Semantics: the items are read into driver memory first and then removed. Removal deletes each node with its
-    version, so an item another consumer took in between is left out. The DataFrame holds exactly the removed
-    items, built from local data, so it does not re-read ZooKeeper. With ``lock_path`` the items are locked
-    first (the zkqueue/Curator lock protocol, ephemeral on the driver's session), so lock-safe consumers
-    working on the same queue skip them. If the driver dies before the removal, the locks expire and the
-    items stay queued. Once this function returns, the items exist only in the DataFrame. Persist it or use it
-    before the driver exits. Corrupt nodes are skipped, logged and left in place for a queue consumer to
-    quarantine.
+    Semantics: the items are read into driver memory first and then removed. The DataFrame holds exactly the
+    removed items, built from local data, so it does not re-read ZooKeeper. Once this function returns, the items
+    exist only in the DataFrame. Persist it or use it before the driver exits.
+
+    Without ``lock_path`` (at most once, no leases): removal deletes each node with its version, so an item another
+    consumer took in between is left out. Corrupt nodes are skipped, logged and left in place for a queue consumer
+    to quarantine.
+
+    With ``lock_path`` the items are claimed through the engine's pull seam (a lock-safe queue without a consumer,
+    see :meth:`DistributedQueue.claim_nodes <zkqueue.DistributedQueue.claim_nodes>`): each node under an item lease
+    of the zkqueue/Curator lock protocol, fenced by the driver session's fence, so lock-safe consumers working on
+    the same queue skip it and it skips theirs. A node is then acked: deleted with its lease in one fenced multi;
+    an ack the session's fence refuses (the session expired) removes nothing. Nodes claimed but not taken (past
+    ``max_items``) are given back untouched when the read ends. If the driver dies before the ack, the leases
+    expire with its session and the items stay queued. Corrupt nodes are quarantined by the claim (moved to the
+    queue's quarantine path, ``<path>-quarantine``, as a lock-safe consumer does) and logged.
 
     A large item (a reference node, see ``QueueBuilder.large_items``) has its blob read (one item at a time) and
     checked, and its chunks and blob are deleted in the same multi as its node. A reference whose blob is
-    missing or does not match is skipped and logged like a corrupt node.
+    missing or does not match is corrupt: skipped and logged (quarantined, with ``lock_path``).
     """
-    import pyarrow as pa  # noqa: PLC0415
-
     if kind not in KINDS:
         raise ConfigurationError(f"kind must be one of {KINDS}, got {kind!r}")
     if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int) or max_items <= 0):
         raise ConfigurationError(f"max_items must be None or a positive int, got {max_items!r}")
     if serializer not in ("bytes", "str", "json"):
         raise ConfigurationError(f"read_queue serializer must be bytes, str or json, got {serializer!r}")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
+        raise ConfigurationError(f"chunk must be a positive int, got {chunk!r}")
     naming.validate_queue_path(path)
     if lock_path is not None:
         naming.validate_path(lock_path)
@@ -367,33 +409,36 @@ def read_queue(
         names = ordered_names(client.get_children(path), kind)
     except NoNodeError:
         names = []
-    token = os.urandom(8).hex()
-    out_names: list[str] = []
-    out_idx: list[int] = []
-    out_values: list[Any] = []
-    out_keys: list[Any] = []
+    rows = _Rows(kind, serializer)
+    if lock_path is None:
+        _read_and_delete(client, path, names, max_items, chunk, rows)
+    elif names:
+        _read_leased(client, path, lock_path, len(names), kind, max_items, chunk, session_timeout, rows)
+    table = rows.table()
+    log.info("read_queue took %d item(s) from %s", table.num_rows, path)
+    return spark.createDataFrame(table)
+
+
+def _read_and_delete(client: Any, path: str, names: list[str], max_items: int | None, chunk: int,
+                     rows: _Rows) -> None:
+    """read_queue without a lock path: read ``names`` a chunk at a time, then delete each node kept at the version
+    read (a large item with its chunks and blob), many nodes per multi."""
     taken = 0
     for start in range(0, len(names), chunk):
         if max_items is not None and taken >= max_items:
             break
         batch = names[start : start + chunk]
-        locks: dict[str, tuple[str, str]] = {}
-        if lock_path is not None:
-            batch, locks = _lock(client, path, lock_path, batch, token)
         reads = api.multi_read(client, [naming.join(path, n) for n in batch])
         keep: list[tuple[str, int, list[bytes], list[Any]]] = []
-        release: list[str] = []
         for name, res in zip(batch, reads):
             if isinstance(res, BaseException):
-                release.append(name)
                 continue
             data, stat = res
             extra: list[Any] = []
             try:
                 if large_ref.is_ref(data):
                     if max_items is not None and taken >= max_items:
-                        release.append(name)  # full already: its blob need not be read
-                        continue
+                        continue  # full already: its blob need not be read
                     ref = large_ref.decode_ref(data)
                     item_path = naming.join(path, name)
                     frame = call_with_reconnect(client, lambda: blobs.read_frame(client, ref, item_path=item_path),
@@ -403,91 +448,119 @@ def read_queue(
                 else:
                     payloads = framing.decode_items(data)
             except (*CONNECTION_ERRORS, SessionLostError):
-                raise  # not a corrupt node (the locks, if any, are ephemeral on this session)
+                raise  # not a corrupt node
             except Exception as exc:  # noqa: BLE001 - CorruptItemError (BlobMissingError included) and friends
                 log.warning("read_queue: skipping corrupt node %s/%s: %s", path, name, exc)
-                release.append(name)
                 continue
             if max_items is not None and taken and taken + len(payloads) > max_items:
-                release.append(name)
                 continue
             keep.append((name, stat.version, payloads, extra))
             taken += len(payloads)
-        removed = _remove(client, path, keep, locks)
-        release.extend(name for name, _v, _p, _e in keep if name not in removed)
-        _release(client, [locks[n] for n in release if n in locks])
-        for name, _version, payloads, _extra in keep:
-            if name not in removed:
-                continue
-            key = key_of(name, kind)
-            for i, payload in enumerate(payloads):
-                out_names.append(name)
-                out_idx.append(i)
-                out_values.append(payload if serializer == "bytes" else payload.decode("utf-8", "replace"))
-                out_keys.append(key)
-    columns = {
-        "name": pa.array(out_names, pa.string()),
-        "idx": pa.array(out_idx, pa.int32()),
-        "value": pa.array(out_values, pa.binary() if serializer == "bytes" else pa.string()),
-    }
-    if kind in _KEY_FIELD:
-        field_name, type_name = _KEY_FIELD[kind]
-        arrow_type = {"int": pa.int32(), "bigint": pa.int64(), "string": pa.string()}[type_name]
-        columns[field_name] = pa.array(out_keys, arrow_type)
-    table = pa.table(columns)
-    log.info("read_queue took %d item(s) from %s", table.num_rows, path)
-    return spark.createDataFrame(table)
+        groups = [[api.DeleteOp(naming.join(path, name), version), *extra] for name, version, _p, extra in keep]
+        for (name, _version, payloads, _extra), res in zip(keep, commit_groups(client, groups)):
+            if res is True:
+                rows.add(name, payloads)
+            else:
+                log.info("read_queue: %s/%s was taken by someone else (%r)", path, name, res.failure)
 
 
-def _lock(
-    client: Any, path: str, lock_path: str, names: list[str], token: str
-) -> tuple[list[str], dict[str, tuple[str, str]]]:
-    """Take item leases on ``names`` as the engine does (ephemeral lock + fence child, refused while a consumer
-    holds the item's block); return the names held and their (lock, fence) nodes."""
-    plans = []
-    for name in names:
-        ops, lock, fence, lock_index = item_claim_ops(path, lock_path, name, token, curator_names=False,
-                                                      lock_data=b"read_queue")
-        plans.append((name, ops, lock, fence, lock_index))
-    held: list[str] = []
-    locks: dict[str, tuple[str, str]] = {}
-    missing_parent = False
-    for (name, _ops, lock, fence, lock_index), res in zip(plans, commit_groups(client, [p[1] for p in plans])):
-        if res is True:
-            held.append(name)
-            locks[name] = (lock, fence)
-        elif isinstance(res.failure, NoNodeError) and res.failed_index is not None and res.failed_index <= lock_index:
-            missing_parent = True
-        elif not isinstance(res.failure, (NodeExistsError, NoNodeError)):
-            log.warning("read_queue: could not lock %s/%s: %r", path, name, res.failure)
-    if missing_parent and not held:
-        client.ensure_path(lock_path)
-        return _lock(client, path, lock_path, names, token)
-    return held, locks
+#: Seconds each claim waits for the pull seam's first listing of the queue (claims after it do not wait).
+_FIRST_LISTING_WAIT = 0.1
 
 
-def _remove(client: Any, path: str, keep: list[tuple[str, int, list[bytes], list[Any]]],
-            locks: dict[str, tuple[str, str]]) -> set[str]:
-    """Delete the kept nodes (each with its version; a large item with its chunks and blob, ``extra``), each
-    group atomically with the release of its lock; return the names removed."""
-    groups = []
-    for name, version, _payloads, extra in keep:
-        ops: list[Any] = [api.DeleteOp(naming.join(path, name), version), *extra]
-        if name in locks:
-            lock, fence = locks[name]
-            ops = item_finish_ops(fence, lock, ops)
-        groups.append(ops)
-    removed: set[str] = set()
-    for (name, _v, _p, _e), res in zip(keep, commit_groups(client, groups)):
-        if res is True:
-            removed.add(name)
-        else:
-            log.info("read_queue: %s/%s was taken by someone else (%r)", path, name, res.failure)
-    return removed
+def _read_leased(client: Any, path: str, lock_path: str, listed: int, kind: str, max_items: int | None,
+                 chunk: int, session_timeout: float, rows: _Rows) -> None:
+    """read_queue with a lock path, through the engine's pull seam: claim up to ``listed`` nodes (how many were due
+    when the read began: a queue that keeps filling does not keep the read going), ``chunk`` at a time, in queue
+    order; ack the nodes taken at once, give back the rest when the read ends."""
+
+    def started_queue() -> Any:  # a queue whose start() failed is closed for good: each attempt builds its own
+        queue = _queue_class(kind)(client, None, _serializer("bytes"), path, lock_path=lock_path,
+                                   put_in_background=False, final_flush_time=0.0)
+        queue.start()
+        return queue
+
+    queue = call_with_reconnect(client, started_queue, f"read_queue: starting the pull claims on {path}")
+    removed: list[Outcome] = []  # nodes acked
+    unsettled: list[Outcome] = []  # acks whose reply was lost: settled (retried) by the time the queue is closed
+    held_back: list[Outcome] = []  # claimed, not taken (past max_items): given back at the end, not claimed again
+    taken = examined = 0
+    first_listing_by = time.monotonic() + session_timeout
+    try:
+        while examined < listed and (max_items is None or taken < max_items):
+            claimed = _claim(client, queue, min(chunk, listed - examined), first_listing_by)
+            if not claimed:
+                break  # nothing due is left that no other consumer holds
+            examined += len(claimed)
+            take: list[Outcome] = []
+            for outcome in _in_queue_order(claimed, kind):
+                if max_items is not None and taken and taken + len(outcome.items) > max_items:
+                    held_back.append(outcome)
+                    continue
+                take.append(outcome)
+                taken += len(outcome.items)
+            if take:
+                done, unsure = _ack(client, path, queue, take)
+                removed.extend(done)
+                unsettled.extend(unsure)
+    finally:
+        try:
+            if held_back:
+                queue.release_nodes(held_back)
+        finally:
+            stats = queue.stats()
+            queue.close()
+    if unsettled:  # the close retried them: gone now means acked
+        left = _present(client, path, unsettled)
+        removed.extend(o for o in unsettled if o.name not in left)
+    if stats.corrupt_quarantined:
+        log.warning("read_queue: %d corrupt node(s) of %s moved to %s", stats.corrupt_quarantined, path,
+                    queue.quarantine_path)
+    for outcome in _in_queue_order(removed, kind):
+        rows.add(outcome.name, outcome.items)
 
 
-def _release(client: Any, held: list[tuple[str, str]]) -> None:
-    groups = [[api.DeleteOp(fence), api.DeleteOp(lock)] for lock, fence in held]
-    for res in commit_groups(client, groups):
-        if res is not True and not isinstance(res.failure, NoNodeError):
-            log.warning("read_queue: releasing a lock failed: %r (it expires with the session)", res.failure)
+def _claim(client: Any, queue: Any, n: int, first_listing_by: float) -> list[Outcome]:
+    """Up to ``n`` due nodes claimed now, without waiting; [] once none is claimable. The pull seam lists the queue
+    in the background, so claims wait (briefly, again and again, until ``first_listing_by``) for its first listing:
+    a claim that found nothing before it proves nothing."""
+    while True:
+        listed = queue.stats().listings > 0
+        claimed = call_with_reconnect(client, lambda: queue.claim_nodes(n, 0.0 if listed else _FIRST_LISTING_WAIT),
+                                      f"read_queue: claiming on {queue.queue_path}")
+        if claimed or listed:
+            return claimed
+        if time.monotonic() >= first_listing_by:
+            log.warning("read_queue: %s was not listed in time; nothing claimed", queue.queue_path)
+            return []
+
+
+def _in_queue_order(outcomes: list[Outcome], kind: str) -> list[Outcome]:
+    position = {name: i for i, name in enumerate(ordered_names([o.name for o in outcomes], kind, due_only=False))}
+    return sorted(outcomes, key=lambda o: position[o.name])
+
+
+def _ack(client: Any, path: str, queue: Any, outcomes: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
+    """Ack claimed nodes (each deleted with its lease in one fenced multi, many per multi): (the nodes removed, the
+    nodes whose ack is not settled yet). The engine logs, retries or releases what fails and counts it: when it
+    counted nothing, every ack committed; otherwise a node still there was not removed."""
+    before = queue.stats()
+    queue.complete_nodes(outcomes)  # no completion set: an ack
+    after = queue.stats()
+    unsure = [o for o in outcomes if o.ambiguous]  # deferred: the engine retries it (at the latest, at close)
+    settled = [o for o in outcomes if not o.ambiguous]
+    if (after.lock_lost, after.loop_errors) == (before.lock_lost, before.loop_errors):
+        return settled, unsure
+    left = _present(client, path, settled)
+    for o in settled:
+        if o.name in left:
+            log.info("read_queue: %s/%s could not be removed; it stays queued", path, o.name)
+    return [o for o in settled if o.name not in left], unsure
+
+
+def _present(client: Any, path: str, outcomes: list[Outcome]) -> set[str]:
+    """The names of ``outcomes`` whose nodes still exist (one multiRead of their child lists, not their data)."""
+    reads = call_with_reconnect(
+        client, lambda: api.multi_read(client, [naming.join(path, o.name) for o in outcomes], children=True),
+        f"read_queue: checking acks on {path}")
+    return {o.name for o, res in zip(outcomes, reads) if not isinstance(res, NoNodeError)}

@@ -1,5 +1,6 @@
 """Groups of ops committed atomically, many groups per multi, for the Spark side (which has a bare kazoo client
-and no queue context): read_queue's locks and removals, the streaming source's staging."""
+and no queue context): read_queue's removals without a lock path (no leases to fence), the streaming source's
+staging. Leased work (read_queue with a lock path, the executor consumers) goes through an engine queue instead."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from typing import Any
 
 from zkqueue.engine import api
 from zkqueue.engine.api import op_cost
-
 
 
 class SentGroups:
