@@ -248,6 +248,26 @@ def test_pull_mode_claims_completes_and_releases(zk_client) -> None:
         assert len(zk_client.get_children(NEXT)) == 1 and q.stats().moved == 1
 
 
+def test_complete_nodes_says_how_each_node_ended(zk_client, zk_client_factory) -> None:
+    """After complete_nodes each outcome's ``settled`` is "done", "quarantined" or "lost" (the lease went with an
+    expired session: nothing committed); None before."""
+    fill(zk_client, ["a", "b", "c"])
+    client = zk_client_factory()
+    q = DistributedQueue(client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        acked, quarantined = q.claim_nodes(2, timeout=5)
+        assert acked.settled is None and quarantined.settled is None
+        quarantined.completion = Completion.quarantine("no good")
+        q.complete_nodes([acked, quarantined])
+        assert (acked.settled, quarantined.settled) == ("done", "quarantined")
+        (late,) = q.claim_nodes(1, timeout=5)
+        expire_session(client)  # the lease goes with the session; the ack is refused by the fence
+        wait_for(lambda: client.connected, timeout=30)
+        q.complete_nodes([late])
+        assert late.settled == "lost"
+    assert zk_client.get_children(QPATH) == [late.name]  # still there, for its next owner
+
+
 def test_pull_claims_never_retry_names_they_finished_while_the_listing_still_shows_them(zk_client) -> None:
     """A claim right after complete_nodes must not try the names just finished (the children cache may still list
     them): each would fail the claim's multi and split it into one round trip per name."""

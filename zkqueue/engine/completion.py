@@ -68,6 +68,11 @@ class Outcome:
     ambiguous: bool = False  # an earlier attempt to complete it may have committed
     blob: BlobRef | None = None  # a large item's blob (the node's data is its reference)
     unread: bool = False  # a large item whose blob is not read yet: ``items`` is empty until then
+    #: How its completion ended, once known: ``"done"`` (committed: acked, requeued or moved), ``"released"``
+    #: (given back), ``"quarantined"``, ``"lost"`` (the lease was gone: nothing committed, the node is someone
+    #: else's); None while it is not known (not completed yet, or deferred after a lost reply: retried later, at
+    #: the latest when the queue closes).
+    settled: str | None = None
 
     def node(self, path: str) -> ClaimedNode:
         return ClaimedNode(self.name, path, self.version, self.data, self.items)
@@ -273,6 +278,7 @@ class Completer:
             self._leases.release_blocks(emptied, unsure=tail_done is None)
 
     def _succeeded(self, o: Outcome, c: Completion) -> None:
+        o.settled = "released" if c.action == "release" else "done"
         self._count(o, c)
         if c.action == "release":
             with self._deferred_lock:
@@ -297,6 +303,7 @@ class Completer:
         err = res.error
         item_lease = h.lease.kind is LeaseKind.ITEM
         if c.action == "release" and isinstance(err, NoNodeError):
+            o.settled = "released"
             return True  # nothing left to give back
         if c.action in ("requeue", "move") and isinstance(err, NoNodeError) and res.op == (2 if item_lease else 1):
             prefix = c.prefix if c.prefix is not None else self._requeue_prefix(h.path)
@@ -324,20 +331,24 @@ class Completer:
                 self._defer([o])
                 return False
             if ambiguous and not exists:
+                o.settled = "done"
                 return True  # our own earlier attempt committed
             if item_lease:
                 self._lock_lost(o)
                 return True
             log.warning("item %s vanished while this consumer held its block (deleted by someone else?)", h.path)
             self._ctx.counters.add("lost_races")
+            o.settled = "lost"
             return True
         log.warning("completing %s (%s) failed: %r; releasing it for redelivery", h.path, c.action, err)
         self._ctx.counters.add("loop_errors")
+        o.settled = "released"
         self.release([h])
         return False  # release() finished it
 
     def _lock_lost(self, o: Outcome) -> None:
         assert o.held is not None
+        o.settled = "lost"
         self._ctx.counters.add("lock_lost")
         log.warning("%s", LockLostError(
             f"lock on {o.held.path} was lost (session expired?); the ack was refused and the item is left to "
@@ -356,8 +367,10 @@ class Completer:
                                   wrap=lambda ops: self._leases.finish_group(h, ops), offset=offset, extra_ops=extra)
         except Exception as exc:
             log.warning("quarantining %s failed (%r); releasing it", h.path, exc)
+            o.settled = "released"
             self.release([h])
             return
+        o.settled = "quarantined"
         self._leases.release_blocks(self._leases.finished([h]))
 
     # ------------------------------------------------------------------------------------------ release

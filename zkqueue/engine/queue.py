@@ -552,7 +552,9 @@ class DistributedQueue(Generic[T]):
 
     def complete_nodes(self, outcomes: list[Outcome]) -> None:
         """Finish nodes from :meth:`claim_nodes`, each by its ``completion`` (or its ``error`` and the error mode),
-        in as few fenced multis as possible."""
+        in as few fenced multis as possible. Then each outcome's ``settled`` says how it ended (``"done"``,
+        ``"released"``, ``"quarantined"``, ``"lost"``), or is None when its reply was lost and the completion is
+        retried later (at the latest by close())."""
         self._check_started()
         self._pull().complete(outcomes)
 

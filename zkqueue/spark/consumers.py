@@ -510,9 +510,11 @@ def _read_leased(client: Any, path: str, lock_path: str, listed: int, kind: str,
         finally:
             stats = queue.stats()
             queue.close()
-    if unsettled:  # the close retried them: gone now means acked
-        left = _present(client, path, unsettled)
-        removed.extend(o for o in unsettled if o.name not in left)
+    removed.extend(o for o in unsettled if o.settled == "done")  # the close retried them
+    unknown = [o for o in unsettled if o.settled is None]
+    if unknown:  # still unknown after the close: gone now means acked
+        left = _present(client, path, unknown)
+        removed.extend(o for o in unknown if o.name not in left)
     if stats.corrupt_quarantined:
         log.warning("read_queue: %d corrupt node(s) of %s moved to %s", stats.corrupt_quarantined, path,
                     queue.quarantine_path)
@@ -542,20 +544,13 @@ def _in_queue_order(outcomes: list[Outcome], kind: str) -> list[Outcome]:
 
 def _ack(client: Any, path: str, queue: Any, outcomes: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
     """Ack claimed nodes (each deleted with its lease in one fenced multi, many per multi): (the nodes removed, the
-    nodes whose ack is not settled yet). The engine logs, retries or releases what fails and counts it: when it
-    counted nothing, every ack committed; otherwise a node still there was not removed."""
-    before = queue.stats()
+    nodes whose ack is not settled yet: the engine retries them, at the latest at close). Each outcome's
+    ``settled`` says how its ack ended."""
     queue.complete_nodes(outcomes)  # no completion set: an ack
-    after = queue.stats()
-    unsure = [o for o in outcomes if o.ambiguous]  # deferred: the engine retries it (at the latest, at close)
-    settled = [o for o in outcomes if not o.ambiguous]
-    if (after.lock_lost, after.loop_errors) == (before.lock_lost, before.loop_errors):
-        return settled, unsure
-    left = _present(client, path, settled)
-    for o in settled:
-        if o.name in left:
-            log.info("read_queue: %s/%s could not be removed; it stays queued", path, o.name)
-    return [o for o in settled if o.name not in left], unsure
+    for o in outcomes:
+        if o.settled not in (None, "done"):
+            log.info("read_queue: %s/%s could not be removed (%s); it stays queued", path, o.name, o.settled)
+    return [o for o in outcomes if o.settled == "done"], [o for o in outcomes if o.settled is None]
 
 
 def _present(client: Any, path: str, outcomes: list[Outcome]) -> set[str]:
