@@ -372,12 +372,22 @@ class JobQueue:
         from zkqueue.runtime import for_handler  # noqa: PLC0415 - the runtime is the layer above this one
 
         self._check_started()
-        worker = for_handler([self], handler, pool=pool, concurrency=concurrency, timeout=timeout,
-                             prefetch=prefetch, block_leases=block_leases, max_jobs=max_jobs,
-                             name=f"zkqueue-jobs-{self.paths.root}").start()
+        return for_handler([self], handler, pool=pool, concurrency=concurrency, timeout=timeout,
+                           prefetch=prefetch, block_leases=block_leases, max_jobs=max_jobs,
+                           name=f"zkqueue-jobs-{self.paths.root}").start()  # it attaches itself (see attach)
+
+    def attach(self, worker: Worker) -> None:
+        """A runtime worker that serves this queue has started (it calls this itself): :meth:`close` stops it
+        first, whoever made it (``work()``, ``zkqueue worker``, a flow, the asyncio layer)."""
         with self._lock:
-            self._workers.append(worker)
-        return worker
+            if worker not in self._workers:
+                self._workers.append(worker)
+
+    def detach(self, worker: Worker) -> None:
+        """A worker attached by :meth:`attach` has stopped."""
+        with self._lock:
+            if worker in self._workers:
+                self._workers.remove(worker)
 
     # ------------------------------------------------------------------------------------------ control
     def pause(self) -> None:

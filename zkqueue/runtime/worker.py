@@ -187,6 +187,8 @@ class Worker:
         for driver in self._drivers:
             driver.start(self.concurrency)
         self._unlisten = [q.on_cancel_requests(functools.partial(self._cancels_requested, q)) for q in self.queues]
+        for queue in self.queues:
+            queue.attach(self)  # closing the queue stops this worker first
         self._claimers_left = len(self.queues)
         if not self.queues:
             self._claims_ended.set()
@@ -249,6 +251,8 @@ class Worker:
                 driver.close(wait=0.5 if warm else 0.0)
             for unlisten in self._unlisten:
                 unlisten()
+            for queue in self.queues:
+                queue.detach(self)
             self._stopped.set()
             log.debug("worker %s stopped (%s): %s", self._name, "warm" if warm else "cold", dict(self.counts))
             return warm
