@@ -82,6 +82,24 @@ def parse_item(name: str) -> ItemName | None:
         return None
 
 
+def count_waiting(names: list[str], held: set[str] | frozenset[str]) -> tuple[int, int]:
+    """(queued, retrying): the job items among ``names`` (a listing of the queue node) that no worker holds, by
+    kind. Other nodes are not counted. What :meth:`JobQueue.counts <zkqueue.jobs.JobQueue.counts>` and the
+    operations tools report."""
+    queued = retrying = 0
+    for name in names:
+        if name in held:
+            continue
+        item = parse_item(name)
+        if item is None:
+            continue
+        if item.kind == RETRY:
+            retrying += 1
+        else:
+            queued += 1
+    return queued, retrying
+
+
 def sort_key(name: str) -> tuple[int, str, int, int, str]:
     """Priority (lower first), then the time the job became runnable, then put order; names of other shapes last,
     by name. Jobs not due yet sort among the due ones: the pull claims skip them (see

@@ -567,10 +567,8 @@ class JobQueue:
     def _counts(self) -> dict[str, int]:
         items = [n for n in self._client.get_children(self.paths.queue) if names.parse_item(n) is not None]
         held = held_items(items, self._client.get_children(self.paths.locks), self.paths.queue)
-        counts = {"queued": 0, "active": len(held), "retrying": 0}
-        for name in items:
-            if name not in held:
-                counts["retrying" if names.parse_item(name).kind == names.RETRY else "queued"] += 1  # type: ignore[union-attr]
+        queued, retrying = names.count_waiting(items, held)
+        counts = {"queued": queued, "active": len(held), "retrying": retrying}
         counts["scheduled"] = parked_count(self._client, self.paths.queue) if self._park_after is not None else 0
         for key, parent in (("dead", self.paths.dead), ("completed", self.paths.completed),
                             ("cancelled", self.paths.cancelled)):

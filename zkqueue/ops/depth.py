@@ -162,10 +162,7 @@ def job_depth(client: KazooClient, path: str) -> Depth:
     stat = _stat(client, paths.queue)
     count = stat.numChildren if stat else 0
     held, in_flight, consumers, exact, items = _held(client, paths.queue, paths.locks, count)
-    retrying = None
-    if exact:
-        retrying = sum(1 for n in items if n not in held and (p := names.parse_item(n)) is not None
-                       and p.kind == names.RETRY)
+    retrying = names.count_waiting(items, held)[1] if exact else None
     return Depth(path=paths.root, kind="jobs", items=count, pending=count - in_flight - (retrying or 0),
                  in_flight=in_flight, quarantined=_num_children(client, paths.queue + "-quarantine") or 0,
                  consumers=consumers, retrying=retrying,
