@@ -135,6 +135,17 @@ def test_any_exit_of_a_sync_handler_fails_only_its_attempt(zk_client) -> None:
         assert jq.get("b").errors[0].error.startswith("KeyboardInterrupt")
 
 
+def test_ended_attempts_do_not_pile_up_until_their_deadlines(zk_client) -> None:
+    """Jobs with a long timeout that end at once: the worker does not keep every ended attempt (its job and
+    result) until its deadline passes; it keeps about as many as run at once."""
+    with job_queue(zk_client) as jq:
+        jq.add_all(((f"t{i}", i) for i in range(400)), timeout=300)
+        with jq.work(lambda job: job.params, concurrency=4) as worker:
+            wait_for(lambda: completed(jq, 400), timeout=60)
+            kept = len(worker._deadlines)  # noqa: SLF001 - the state this test is about
+        assert kept <= 2 * 4 + 64 + 1, kept
+
+
 def test_coroutine_handlers_run_on_an_event_loop_and_are_cancelled_past_their_timeout(zk_client) -> None:
     async def handler(job):
         await asyncio.sleep(5 if job.params == "slow" and job.attempts == 1 else 0.01)

@@ -50,6 +50,8 @@ CLAIM_WAIT = 0.5
 #: whatever its size, so a worker of few slots and short jobs claims more than its slots at a time; held jobs have
 #: no attempt counted, so a worker that dies costs them nothing.
 MIN_PREFETCH = 32
+#: Deadlines of ended attempts kept beyond twice the running ones before they are dropped (see Worker._begun).
+_DEADLINE_SLACK = 64
 #: Handlers whose mean run is at most this many seconds get their jobs claimed under block leases (a lock per 64
 #: jobs instead of a lock and a fence per job). A job that runs long then holds back the rest of its block.
 BLOCK_LEASE_HANDLER_SECONDS = 0.25
@@ -500,6 +502,11 @@ class Worker:
         if attempt.timeout is None:
             return
         with self._cond:
+            if len(self._deadlines) > 2 * len(self._running) + _DEADLINE_SLACK:
+                # attempts that ended long before their deadline would stay (with their job and result) until it
+                # passed: throughput x timeout of them; drop the settled ones now and then (O(n), rarely)
+                self._deadlines = [d for d in self._deadlines if not d[2].settled]
+                heapq.heapify(self._deadlines)
             heapq.heappush(self._deadlines, (attempt.started + attempt.timeout, next(self._seq), attempt))
             self._cond.notify_all()
 
