@@ -377,6 +377,9 @@ def test_a_poison_job_that_kills_its_worker_ends_dead_and_costs_others_nothing(t
         if codes[-1] == 0:
             break
         died.append(worker.pid)
+        # The next worker starts once the dead one's leases have ended with its session: else it runs the jobs
+        # behind them first, and the poison's retry could start with too few jobs left to fill every slot
+        wait_for(lambda: reader.queue("poison").counts()["active"] == 0, timeout=30)
     assert codes == [9, 9, 0]
     assert "job poison used all 2 attempts (its workers were lost)" in worker.log()
 
