@@ -497,8 +497,9 @@ class JobQueue:
         except CONNECTION_ERRORS:  # the reply was lost: the record says whether it committed
             path = self.paths.record(held.record.id)
             data, stat = self._look(lambda: self._client.get(path), f"reading job {held.record.id}")
-            if stat.version == held.version + 1 and Record.decode(data).progress == progress:
-                held.record, held.version = Record.decode(data), stat.version  # it did: the end builds on it
+            stored = Record.decode(data)
+            if stat.version == held.version + 1 and stored.progress == progress:
+                held.record, held.version = stored, stat.version  # it did: the end builds on it
                 return True
             return stat.version == held.version  # it did not (written again, or folded into the end)
 
