@@ -12,7 +12,14 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 
-from zkqueue.server.embedded import ZooKeeperEnsemble, find_leftover_servers, four_letter_word, free_ports, java_version
+from zkqueue.server.embedded import (
+    ZooKeeperEnsemble,
+    find_leftover_servers,
+    four_letter_word,
+    free_ports,
+    java_version,
+    thread_states,
+)
 from zkqueue.errors import EnvironmentProblem, ServerStartError
 from zkqueue.server.testing import expire_session, make_client, wait_for
 
@@ -108,6 +115,9 @@ def test_pause_past_session_timeout_expires_the_session(zk_ensemble, ensemble_ch
         pinned.create("/eph", b"", ephemeral=True)
         session_before = pinned.client_id[0]
         zk_ensemble.pause(follower)
+        # frozen when pause() returns, not a moment later: every thread stopped, and a request gets no answer
+        assert set(thread_states(zk_ensemble.pid(follower))) <= set("TtZX")
+        assert not pinned.exists_async("/eph").wait(0.5)
         wait_for(lambda: KazooState.SUSPENDED in states, timeout=20, message="client not suspended")
         wait_for(lambda: observer.exists("/eph") is None, timeout=30, message="session did not expire on the leader")
         zk_ensemble.resume(follower)

@@ -177,7 +177,9 @@ def test_ack_lost_to_a_connection_loss_is_retried_safely(zk_client, monkeypatch)
     with _queue(zk_client, "/lost") as producer:
         producer.put(payload)
     real = protocol.send_multi
+    real_run = protocol.run_multi
     dropped = threading.Event()
+    choosing = threading.Lock()
 
     class LostReply:
         def __init__(self, pending: Any) -> None:
@@ -187,23 +189,28 @@ def test_ack_lost_to_a_connection_loss_is_retried_safely(zk_client, monkeypatch)
             self._pending.result(timeout)  # it commits; only the reply is lost
             raise ConnectionLoss("reply lost (test)")
 
+    def first_ack(ops: list[Any]) -> bool:
+        """Whether ``ops`` is the first ack (it deletes the blob); marked so BEFORE it is sent: once it commits,
+        the test thread may see the queue empty and look at ``dropped`` at once."""
+        if not any(isinstance(op, protocol.DeleteOp) and "/lost-blobs/" in op.path for op in ops):
+            return False
+        with choosing:
+            if dropped.is_set():
+                return False
+            dropped.set()
+            return True
+
     def send_multi(client: Any, ops: Any, **kw: Any) -> Any:
         ops = list(ops)
+        drop = first_ack(ops)
         pending = real(client, ops, **kw)
-        is_ack = any(isinstance(op, protocol.DeleteOp) and "/lost-blobs/" in op.path for op in ops)
-        if is_ack and not dropped.is_set():
-            dropped.set()
-            return LostReply(pending)
-        return pending
-
-    real_run = protocol.run_multi
+        return LostReply(pending) if drop else pending
 
     def run_multi(client: Any, ops: Any, **kw: Any) -> Any:  # the synchronous completion path
         ops = list(ops)
+        drop = first_ack(ops)
         result = real_run(client, ops, **kw)  # it commits; only the reply is lost
-        is_ack = any(isinstance(op, protocol.DeleteOp) and "/lost-blobs/" in op.path for op in ops)
-        if is_ack and not dropped.is_set():
-            dropped.set()
+        if drop:
             raise ConnectionLoss("reply lost (test)")
         return result
 

@@ -317,13 +317,15 @@ class ZooKeeperEnsemble:
         self.start(i, wait=wait)
 
     def pause(self, i: int) -> None:
-        """Freeze node ``i`` with SIGSTOP: it holds its sockets but answers nothing."""
+        """Freeze node ``i`` with SIGSTOP: it holds its sockets but answers nothing. Returns once every thread of
+        the node has stopped (see :func:`_wait_stopped`)."""
         with self._lock:
             node = self._nodes[i]
             if node.process is None or node.process.poll() is not None:
                 raise ServerStartError(f"node {i} is not running; cannot pause it")
             os.kill(node.process.pid, signal.SIGSTOP)
             node.paused = True
+            _wait_stopped(node.process.pid, i)
 
     def resume(self, i: int) -> None:
         with self._lock:
@@ -494,6 +496,35 @@ class ZooKeeperEnsemble:
 
     def _explain_failure(self, i: int) -> str:
         return self._fatal_problem(i) or "see the log below"
+
+
+def thread_states(pid: int) -> list[str]:
+    """The scheduler state letter of every thread of ``pid`` ('R', 'S', 'T', ...), from /proc."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            states.append(stat[stat.rindex(")") + 2])  # the name in parentheses may hold spaces
+    return states
+
+
+def _wait_stopped(pid: int, i: int, timeout: float = 10.0) -> None:
+    """Wait until every thread of ``pid`` has stopped. ``kill(SIGSTOP)`` returns once the signal is queued; the
+    kernel wakes one thread to act on it, which then stops the others, and until it is scheduled the rest of the
+    JVM still runs (on a loaded machine, long enough to answer a request sent right after the kill)."""
+    if not os.path.isdir(f"/proc/{pid}/task"):
+        return  # no /proc: nothing to look at
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            states = thread_states(pid)
+        except OSError:
+            return  # the process is gone: nothing answers
+        if all(s in "TtZX" for s in states):
+            return
+        if time.monotonic() >= deadline:
+            raise ServerStartError(f"node {i} (pid {pid}) did not stop within {timeout:g} s of SIGSTOP: {states}")
+        time.sleep(0.001)
 
 
 def find_leftover_servers(owner: int | None = None) -> list[int]:
