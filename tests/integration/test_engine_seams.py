@@ -248,6 +248,39 @@ def test_pull_mode_claims_completes_and_releases(zk_client) -> None:
         assert len(zk_client.get_children(NEXT)) == 1 and q.stats().moved == 1
 
 
+def test_held_nodes_end_themselves_each_way(zk_client) -> None:
+    """The held node of the pull seam: ``finish`` (an ack, or a completion), ``release``, ``ack_ops`` committed in
+    a multi of one's own and then ``forget``, and ``commit_while_held`` fenced by the lease while it stays held."""
+    import pytest
+
+    from zkqueue.engine.api import HeldNode, commit_while_held, run_multi
+    from zkqueue.errors import QueueStateError
+
+    fill(zk_client, ["f1", "f2", "f3", "f4"])
+    zk_client.ensure_path("/seams/side")
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        acked, given_back, own, kept = q.claim_nodes(4, timeout=5)
+        assert isinstance(acked, HeldNode) and acked.path == f"{QPATH}/{acked.name}" and acked.queue_path == QPATH
+        assert (acked.items, acked.version, acked.settled) == (["f1"], 0, None)
+        assert acked.finish() == "done"
+        given_back.release()  # claimable again at once (below)
+        ops, first_extra = own.ack_ops([create_op("/seams/side/own", b"x")])
+        assert run_multi(zk_client, ops).ok and first_extra == len(ops) - 2  # the extra op, then the lease's lock
+        own.forget()
+        (write,) = commit_while_held([kept], [[create_op("/seams/side/kept", b"y")]])
+        assert write.ok and zk_client.exists(kept.path)  # committed, and the node is still held
+        zk_client.ensure_path(NEXT)
+        assert kept.finish(Completion.move_to(NEXT + "/queue-")) == "done"
+        assert sorted(zk_client.get_children("/seams/side")) == ["kept", "own"]
+        (again,) = q.claim_nodes(5, timeout=5, block_leases=True)  # only the one given back
+        assert again.items == ["f2"]
+        with pytest.raises(QueueStateError, match="not held under an item lease"):
+            again.ack_ops()  # a block lease's lock is shared: its ack is the engine's to build
+        assert again.finish() == "done"
+    assert zk_client.get_children(QPATH) == [] and len(zk_client.get_children(NEXT)) == 1
+
+
 def test_complete_nodes_says_how_each_node_ended(zk_client, zk_client_factory) -> None:
     """After complete_nodes each outcome's ``settled`` is "done", "quarantined" or "lost" (the lease went with an
     expired session: nothing committed); None before."""

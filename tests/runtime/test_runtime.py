@@ -202,26 +202,28 @@ def test_bad_worker_options_raise_typed_errors(zk_client) -> None:
 
 
 @pytest.mark.parametrize("committed", [True, False])
-def test_a_start_whose_reply_was_lost_runs_only_if_its_count_committed(zk_client, committed) -> None:
+def test_a_start_whose_reply_was_lost_runs_only_if_its_count_committed(zk_client, committed, monkeypatch) -> None:
     """The reply of the multi that counts the attempts of starting jobs is lost (a ConnectionLoss raised after the
     multi committed, or instead of sending it): the records are read again; the jobs whose count is there start,
     the others go back with no attempt counted. Never an attempt run uncounted, never one counted and lost."""
     from kazoo.exceptions import ConnectionLoss
 
+    from zkqueue.jobs import scope
+
     with job_queue(zk_client) as jq:
         jq.add_all((f"s{i}", i) for i in range(3))
         helds = jq.claim_many(3, timeout=5, count=False)
         assert len(helds) == 3 and not any(h.counted for h in helds)
-        for h in helds:
-            commit = h._commit
+        commit = scope.commit_while_held
 
-            def lost_reply(outcomes, ops, commit=commit):
-                if committed:
-                    commit(outcomes, ops)
-                raise ConnectionLoss("reply lost")
+        def lost_reply(nodes, ops):
+            if committed:
+                commit(nodes, ops)
+            raise ConnectionLoss("reply lost")
 
-            h._commit = lost_reply
+        monkeypatch.setattr(scope, "commit_while_held", lost_reply)
         started = jq.start_many(helds)
+        monkeypatch.undo()
         if committed:
             assert [h.record.id for h in started] == ["s0", "s1", "s2"] and all(h.counted for h in started)
             assert [jq.get(f"s{i}").attempts for i in range(3)] == [1, 1, 1]

@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Generic, Iterable, TypeVar
 
 from kazoo.client import KazooClient
 
-from zkqueue.engine.api import DistributedQueue, Outcome
+from zkqueue.engine.api import DistributedQueue, HeldNode
 from zkqueue.aio.bridge import Offloader
 from zkqueue.errors import ConfigurationError, QueueClosedError
 
@@ -50,9 +50,9 @@ class AsyncQueue(Generic[T]):
             put_in_background=False, **engine_options)
         self.offloader = Offloader(executor_threads, f"zkqueue-aio-{path}")
         self._batch = batch
-        self._held: deque[Outcome] = deque()  # claimed nodes, the first one being handed out
+        self._held: deque[HeldNode] = deque()  # claimed nodes, the first one being handed out
         self._items: deque[Any] = deque()  # items of the first held node not handed out yet
-        self._done: list[Outcome] = []  # nodes fully handed out: acked at the next claim or close
+        self._done: list[HeldNode] = []  # nodes fully handed out: acked at the next claim or close
         self._lock = asyncio.Lock()
         self._state = "new"
 
@@ -151,12 +151,12 @@ class AsyncQueue(Generic[T]):
                     self._held.extend(claimed)
                     self._items.extend(self._held[0].items)
 
-    async def _claim(self, wait: float) -> list[Outcome]:
+    async def _claim(self, wait: float) -> list[HeldNode]:
         fut = self.offloader.submit(self.engine.claim_nodes, self._batch, wait)
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
-            def give_back(f: asyncio.Future[list[Outcome]]) -> None:
+            def give_back(f: asyncio.Future[list[HeldNode]]) -> None:
                 if not f.cancelled() and f.exception() is None and f.result():
                     self.offloader.submit_detached(self.engine.release_nodes, f.result())
 

@@ -7,9 +7,11 @@ What is here, by job:
 - **Queues and their seams**: :class:`DistributedQueue` (push or pull consumption, puts, parking, large items) and
   :class:`QueueConfig` (its options, frozen and validated),
   :class:`Completion` (how a claimed node ends, with extra ops in the same fenced multi), :class:`ClaimHook` and
-  :class:`ClaimedNode` (ops added to a claim), :data:`Outcome` (a node held by a pull-mode claim).
-- **Ops and multis**: the op constructors (:func:`create_op`, :func:`delete_op`, :func:`check_op`,
-  :func:`set_op`), their sizes (:func:`op_size`, exact, as serialized; :func:`op_cost`, a cheap upper estimate)
+  :class:`ClaimedNode` (ops added to a claim), :class:`HeldNode` (a node held by a pull-mode claim, and
+  :func:`finish_nodes`, :func:`release_nodes`, :func:`forget_nodes`, :func:`commit_while_held` for many at once).
+- **Ops and multis**: :class:`GroupOutcome` (how one group of ops committed together ended: the one group-commit
+  result of :meth:`DistributedQueue.commit_groups` and :func:`commit_while_held`), the op constructors
+  (:func:`create_op`, :func:`delete_op`, :func:`check_op`, :func:`set_op`), their sizes (:func:`op_size`, exact, as serialized; :func:`op_cost`, a cheap upper estimate)
   and the server's limits, and the requests that send them or read many nodes at once
   (:func:`multi_read`, :func:`run_multi`, ...); :data:`CONNECTION_ERRORS`, the errors after which a request's
   outcome is unknown.
@@ -26,10 +28,18 @@ from __future__ import annotations
 from zkqueue.engine import blobs
 from zkqueue.engine.backoff import Backoff
 from zkqueue.engine.blobs import DEFAULT_MAX_ITEM_BYTES, BlobTarget, BlobWriter, LargeItems
-from zkqueue.engine.commit import CONNECTION_ERRORS, MULTI_SLACK, OP_OVERHEAD, check_op, create_op, delete_op
+from zkqueue.engine.commit import (
+    CONNECTION_ERRORS,
+    MULTI_SLACK,
+    OP_OVERHEAD,
+    GroupOutcome,
+    check_op,
+    create_op,
+    delete_op,
+)
 from zkqueue.engine.commit import op_size as op_cost
-from zkqueue.engine.completion import Outcome
 from zkqueue.engine.config import DEFAULT_BATCH_SIZE, QueueConfig
+from zkqueue.engine.held import HeldNode, commit_while_held, finish_nodes, forget_nodes, release_nodes
 from zkqueue.engine.leases import held_items, removal_ops
 from zkqueue.engine.log_limits import DEFAULT_WINDOW, RepeatLimiter, is_connection_error
 from zkqueue.engine.parking import minute_buckets, parked_count
@@ -90,12 +100,16 @@ __all__ = [
     "DeleteOp",
     "DistributedQueue",
     "LargeItems",
-    "Outcome",
+    "GroupOutcome",
+    "HeldNode",
     "QueueConfig",
     "RepeatLimiter",
     "SetDataOp",
     "blobs",
     "check_op",
+    "commit_while_held",
+    "finish_nodes",
+    "forget_nodes",
     "client_kwargs",
     "create_op",
     "delete_many",
@@ -112,6 +126,7 @@ __all__ = [
     "parked_count",
     "parse_acl",
     "read_retrying",
+    "release_nodes",
     "removal_ops",
     "run_multi",
     "run_multi_async",

@@ -15,12 +15,15 @@ import time
 from typing import Any, Callable, Iterable
 
 from zkqueue.engine.children import ChildrenCache, Snapshot
+from zkqueue.engine.commit import delete_op
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.delivery import read_large
+from zkqueue.engine.leases import LeaseKind, Leases, item_finish_ops
 from zkqueue.engine.locksafe import LeaseTaker
 from zkqueue.engine.ordering import DueScan, KeptOrder
 from zkqueue.engine.run_loop import LOCKED_RETRY_SECONDS, share_first
+from zkqueue.errors import QueueStateError
 from zkqueue.formats import naming
 
 log = logging.getLogger("zkqueue.engine.pull")
@@ -61,6 +64,10 @@ class Puller:
         self._skip: dict[str, float] = {}
         self._skip_lock = threading.Lock()  # completions add to it from other threads
         self._listed: tuple[Snapshot, frozenset[str]] | None = None  # the item names of the last listing looked at
+
+    @property
+    def queue_path(self) -> str:
+        return self._ctx.queue_path
 
     def claim(self, max_nodes: int, timeout: float | None, *, block_leases: bool = False) -> list[Outcome]:
         """Up to ``max_nodes`` claimed nodes, at least one; [] if none was due within ``timeout`` seconds. With
@@ -212,6 +219,17 @@ class Puller:
     def commit_held(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
         """Ops on claimed nodes that stay held, fenced by their leases (see :meth:`LeaseTaker.commit_fenced`)."""
         return self._taker.commit_fenced(outcomes, ops_of, exclusive=False)
+
+    def ack_ops(self, outcome: Outcome, extra_ops: list[Any]) -> tuple[list[Any], int]:
+        """The fenced ops of ``outcome``'s ack with ``extra_ops`` and the index of the first extra op (see
+        :meth:`HeldNode.ack_ops <zkqueue.engine.held.HeldNode.ack_ops>`)."""
+        held = outcome.held
+        if held is None or held.lease.kind is not LeaseKind.ITEM or held.lease.fence is None:
+            raise QueueStateError(f"node {outcome.name} is not held under an item lease")
+        prefix = Leases.prefix_for(held.lease.session_fence)
+        ops = prefix + item_finish_ops(held.lease.fence, held.lease.lock,
+                                       [delete_op(held.path, outcome.version), *extra_ops])
+        return ops, len(prefix) + 2
 
     def release(self, outcomes: list[Outcome]) -> None:
         """Give claimed nodes back untouched."""

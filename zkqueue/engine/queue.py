@@ -48,8 +48,9 @@ from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer, as_consu
 from zkqueue.engine.blob_reaper import BlobReaper
 from zkqueue.engine.blobs import BlobWriter, LargeItems
 from zkqueue.engine.children import ChildrenCache
-from zkqueue.engine.commit import GroupOutcome, commit_groups, delete_op, map_error
-from zkqueue.engine.completion import Outcome
+from zkqueue.engine.commit import GroupOutcome, commit_groups, map_error
+from zkqueue.engine import held as held_nodes
+from zkqueue.engine.held import HeldNode
 from zkqueue.engine.config import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_FINAL_FLUSH_TIME,
@@ -61,7 +62,7 @@ from zkqueue.engine.config import (
 )
 from zkqueue.engine.consumption import PULL_NEEDS, Consumption, Hooks, build_consumption
 from zkqueue.engine.context import ConnectionWatch, QueueContext
-from zkqueue.engine.leases import LeaseKind, Leases, item_finish_ops, removal_ops
+from zkqueue.engine.leases import removal_ops
 from zkqueue.engine.mover import Mover
 from zkqueue.engine.parking import Parking, Placement
 from zkqueue.engine.producer import Producer
@@ -531,63 +532,38 @@ class DistributedQueue(Generic[T]):
 
     # ------------------------------------------------------------------------------------------ pull mode
     def claim_nodes(self, max_nodes: int, timeout: float | None = None, *, block_leases: bool = False
-                    ) -> list[Outcome]:
+                    ) -> list[HeldNode]:
         """Claim up to ``max_nodes`` due nodes now (pull mode: a lock-safe queue built without a consumer).
 
         Blocks until at least one node is due and claimed, or returns [] after ``timeout`` seconds. Each returned
-        outcome holds the node (``name``, ``data``, ``version``, ``items``, ``node(path)``) under an item lease and
-        the claim hook's ops already committed; set its ``completion`` (or ``error``) and pass it to
-        :meth:`complete_nodes`, or give it back with :meth:`release_nodes`. A seam for the job layer's scoped takes.
+        :class:`~zkqueue.engine.held.HeldNode` (``name``, ``path``, ``version``, ``data``, ``items``) is held
+        under an item lease with the claim hook's ops already committed; end it with :meth:`HeldNode.finish
+        <zkqueue.engine.held.HeldNode.finish>` or :meth:`~zkqueue.engine.held.HeldNode.release`, or many at
+        once with :meth:`complete_nodes` and :meth:`release_nodes`.
 
         ``block_leases`` is for a caller that finishes its nodes soon (an async worker of short jobs): the nodes
         are held under block leases, one lock per block of 64 sequence numbers instead of a lock and a fence per
         node, so a claim of hundreds of nodes writes a handful of nodes. The other names of a held block wait
-        until every claimed node of it is finished. Not with Curator's lock names; :meth:`HeldJob.ack_ops
-        <zkqueue.jobs.scope.HeldJob.ack_ops>` needs item leases.
+        until every claimed node of it is finished. Not with Curator's lock names; :meth:`HeldNode.ack_ops
+        <zkqueue.engine.held.HeldNode.ack_ops>` needs item leases.
         """
         self._check_started()
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes <= 0:
             raise ConfigurationError(f"max_nodes must be a positive int, got {max_nodes!r}")
-        return self._pull().claim(max_nodes, timeout, block_leases=block_leases)
+        puller = self._pull()
+        return held_nodes.wrap(puller.claim(max_nodes, timeout, block_leases=block_leases), puller)
 
-    def complete_nodes(self, outcomes: list[Outcome]) -> None:
+    def complete_nodes(self, nodes: Iterable[HeldNode]) -> None:
         """Finish nodes from :meth:`claim_nodes`, each by its ``completion`` (or its ``error`` and the error mode),
-        in as few fenced multis as possible. Then each outcome's ``settled`` says how it ended (``"done"``,
+        in as few fenced multis as possible. Then each node's ``settled`` says how it ended (``"done"``,
         ``"released"``, ``"quarantined"``, ``"lost"``), or is None when its reply was lost and the completion is
         retried later (at the latest by close())."""
         self._check_started()
-        self._pull().complete(outcomes)
+        held_nodes.finish_nodes(nodes)
 
-    def release_nodes(self, outcomes: list[Outcome]) -> None:
+    def release_nodes(self, nodes: Iterable[HeldNode]) -> None:
         """Give nodes from :meth:`claim_nodes` back untouched."""
-        self._pull().release(outcomes)
-
-    def commit_held(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
-        """Commit ``ops_of[i]`` on node ``outcomes[i]`` from :meth:`claim_nodes` while it stays held: fenced by its
-        lease (the session fence, and an item lease's fence child), many groups per multi. Per node: None (no
-        ops), False (its lease is gone with its session) or the group's ``GroupOutcome``. A seam for the job
-        layer, which counts an attempt when a claimed-ahead job starts."""
-        self._check_started()
-        return self._pull().commit_held(outcomes, ops_of)
-
-    def held_ack_ops(self, outcome: Outcome, extra_ops: list[Any]) -> tuple[list[Any], int]:
-        """The ops of the ack of ``outcome`` (a node from :meth:`claim_nodes` held under an item lease) with
-        ``extra_ops``, fenced exactly as the engine commits them (the session fence's check, the item lease's fence
-        child, the node at its version, ``extra_ops``, the lease's lock), and the index of the first extra op: a
-        failure before it means the lease was lost. For a layer that commits a node's end in a multi of its own
-        (flows), then lets go of it with :meth:`forget_nodes`. QueueStateError if it is not under an item lease."""
-        held = outcome.held
-        if held is None or held.lease.kind is not LeaseKind.ITEM or held.lease.fence is None:
-            raise QueueStateError(f"node {outcome.name} is not held under an item lease")
-        prefix = Leases.prefix_for(held.lease.session_fence)
-        ops = prefix + item_finish_ops(held.lease.fence, held.lease.lock,
-                                       [delete_op(held.path, outcome.version), *extra_ops])
-        return ops, len(prefix) + 2
-
-    def forget_nodes(self, outcomes: list[Outcome]) -> None:
-        """Drop nodes from :meth:`claim_nodes` that the caller ended in a multi of its own, built from the held
-        lease's ack ops (which delete the node and the lease's lock): no request is sent. A seam for flows."""
-        self._pull().forget(outcomes)
+        held_nodes.release_nodes(nodes)
 
     def _pull(self) -> Puller:
         with self._consumption_lock:

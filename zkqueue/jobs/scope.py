@@ -11,7 +11,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from zkqueue.engine.api import CONNECTION_ERRORS, Completion, DistributedQueue, Outcome
+from zkqueue.engine.api import (
+    CONNECTION_ERRORS,
+    Completion,
+    DistributedQueue,
+    HeldNode,
+    commit_while_held,
+    finish_nodes,
+    release_nodes,
+)
 from zkqueue.errors import QueueStateError, UndecodableParamsError
 from zkqueue.jobs import store
 from zkqueue.jobs.claims import Claimed, JobClaims
@@ -74,7 +82,7 @@ class TakeScope:
         self._outcomes = outcomes
         self._max_jobs = max_jobs
         self._timeout = timeout
-        self._held: list[tuple[Outcome, Claimed, ClaimedJob]] = []
+        self._held: list[tuple[HeldNode, Claimed, ClaimedJob]] = []
         self._entered = False
 
     def __enter__(self) -> list[ClaimedJob]:
@@ -84,11 +92,11 @@ class TakeScope:
         running, timeout = self._claims.wait_running(self._timeout)
         if not running:  # paused all along
             return []
-        unreadable: list[tuple[Outcome, Claimed]] = []
+        unreadable: list[tuple[HeldNode, Claimed]] = []
         claimed_nodes = self._engine.claim_nodes(self._max_jobs, timeout)
         try:
             for o in claimed_nodes:
-                claimed = self._claims.take(o.held.path) if o.held is not None else None
+                claimed = self._claims.take(o.path)
                 if claimed is None:  # cannot happen: the claim hook ran for every node it returned
                     log.error("claimed node %s has no claimed record; giving it back", o.name)
                     self._engine.release_nodes([o])
@@ -107,7 +115,7 @@ class TakeScope:
             raise
         return [job for _o, _c, job in self._held]
 
-    def _give_back_held(self, unreadable: list[tuple[Outcome, Claimed]]) -> None:
+    def _give_back_held(self, unreadable: list[tuple[HeldNode, Claimed]]) -> None:
         """Give back every job this scope holds (and the unreadable ones whose dead letter did not commit), their
         attempts uncounted."""
         held = [(o, claimed) for o, claimed, _job in self._held] + unreadable
@@ -151,15 +159,10 @@ class HeldJob:
     node_version: int
     record: Record
     version: int
-    _outcome: Outcome = field(repr=False)
-    _complete: Callable[[list[Outcome]], None] = field(repr=False)
-    _release: Callable[[list[Outcome]], None] = field(repr=False)
-    _forget: Callable[[list[Outcome]], None] = field(repr=False)
+    _node: HeldNode = field(repr=False)
     _done: bool = field(default=False, repr=False)
     #: False while a job claimed ahead has no attempt counted (see :func:`start_many`).
     counted: bool = True
-    _commit: Callable[[list[Outcome], list[list[Any]]], list[Any]] | None = field(default=None, repr=False)
-    _ack: Callable[[Outcome, list[Any]], tuple[list[Any], int]] | None = field(default=None, repr=False)
 
     @property
     def claimed(self) -> Claimed:
@@ -171,30 +174,27 @@ class HeldJob:
         if self._done:
             raise QueueStateError(f"job {self.record.id!r} is already finished")
         self._done = True
-        self._outcome.completion = completion
-        self._complete([self._outcome])
+        self._node.finish(completion)
 
     def ack_ops(self, extra_ops: list[Any]) -> tuple[list[Any], int]:
         """The ops of this job's ack with ``extra_ops``, fenced by its lease exactly as the engine commits them
         (the session fence's check, the item lease's fence child, the item at its version, ``extra_ops``, the
         lease's lock), and the index of the first extra op: a failure before it means the lease was lost."""
-        if self._ack is None:
-            raise QueueStateError(f"job {self.record.id!r} is not held under an item lease")
-        return self._ack(self._outcome, extra_ops)
+        return self._node.ack_ops(extra_ops)
 
     def forget(self) -> None:
         """After a multi from :meth:`ack_ops` committed: the engine lets go of the job (its nodes are gone; no
         request is sent)."""
         if not self._done:
             self._done = True
-            self._forget([self._outcome])
+            self._node.forget()
 
     def release(self) -> None:
         """Give the job back untouched (its counted attempt stays counted)."""
         if self._done:
             return
         self._done = True
-        self._release([self._outcome])
+        self._node.release()
 
 
 def finish_many(pairs: Sequence[tuple[HeldJob, Completion]]) -> None:
@@ -202,29 +202,27 @@ def finish_many(pairs: Sequence[tuple[HeldJob, Completion]]) -> None:
     engine queue (``complete_nodes`` packs their fenced completions into as few multis as it can) instead of one
     call per job. Jobs already ended are skipped. Blocks like :meth:`HeldJob.finish`; failures of single jobs are
     the engine's to log, retry or release, as there."""
-    by_engine: dict[Callable[[list[Outcome]], None], list[Outcome]] = {}
+    nodes = []
     for held, completion in pairs:
         if held._done:
             continue
         held._done = True
-        held._outcome.completion = completion
-        by_engine.setdefault(held._complete, []).append(held._outcome)
-    for complete, outcomes in by_engine.items():
-        complete(outcomes)
+        held._node.completion = completion
+        nodes.append(held._node)
+    finish_nodes(nodes)
 
 
 def release_many(helds: Sequence[HeldJob]) -> None:
     """Give many held jobs back untouched, as :meth:`HeldJob.release` gives one, in one engine call per engine
     queue; their counted attempts stay counted and they can be claimed again at once. Jobs already ended are
     skipped."""
-    by_engine: dict[Callable[[list[Outcome]], None], list[Outcome]] = {}
+    nodes = []
     for held in helds:
         if held._done:
             continue
         held._done = True
-        by_engine.setdefault(held._release, []).append(held._outcome)
-    for release, outcomes in by_engine.items():
-        release(outcomes)
+        nodes.append(held._node)
+    release_nodes(nodes)
 
 
 #: Reads the records of jobs whose count's reply was lost: per job, its (record, version) now, or None.
@@ -242,14 +240,14 @@ def start_many(paths: Any, helds: Sequence[HeldJob], recount: Recount | None = N
     that did not run, never the other way round). ``fence``: ops put before each job's count (the queue's pause
     check, :mod:`zkqueue.jobs.control`): when they fail, the job is given back."""
     todo = [h for h in helds if not h.counted and not h._done]
-    by_engine: dict[Any, list[HeldJob]] = {}
+    by_queue: dict[str, list[HeldJob]] = {}
     for h in todo:
-        by_engine.setdefault(h._commit, []).append(h)
+        by_queue.setdefault(h._node.queue_path, []).append(h)
     lost: list[HeldJob] = []
-    for commit, group in by_engine.items():
+    for group in by_queue.values():
         changes = [store.claim_ops(paths, h.record, h.version) for h in group]
         try:
-            results = commit([h._outcome for h in group], [[*fence, *ops] for _active, ops in changes])
+            results = commit_while_held([h._node for h in group], [[*fence, *ops] for _active, ops in changes])
         except CONNECTION_ERRORS as exc:
             lost.extend(_settle_lost_count(group, changes, recount, exc))
             continue
@@ -291,9 +289,9 @@ def _settle_lost_count(group: list[HeldJob], changes: list[tuple[Record, list[An
 def write_held(held: HeldJob, ops: list[Any], record: Record) -> bool:
     """Commit ``ops`` (a change of ``held``'s record, version-checked) fenced by its lease, as a start is; on
     success ``held`` has ``record`` at the next version. False when the lease or the record moved on."""
-    if held._done or held._commit is None:
+    if held._done:
         return False
-    results = held._commit([held._outcome], [ops])
+    results = commit_while_held([held._node], [ops])
     res = results[0] if results else None
     if res is None or res is False or not res.ok:
         return False
@@ -318,19 +316,17 @@ def claim_held(engine: DistributedQueue[Any], claims: JobClaims, timeout: float 
         return []
     if not count:
         with claims.uncounted():
-            return _held(engine, claims, engine.claim_nodes(max_jobs, timeout, block_leases=block_leases))
-    return _held(engine, claims, engine.claim_nodes(max_jobs, timeout, block_leases=block_leases))
+            return _held(claims, engine.claim_nodes(max_jobs, timeout, block_leases=block_leases))
+    return _held(claims, engine.claim_nodes(max_jobs, timeout, block_leases=block_leases))
 
 
-def _held(engine: DistributedQueue[Any], claims: JobClaims, claimed: list[Outcome]) -> list[HeldJob]:
+def _held(claims: JobClaims, nodes: list[HeldNode]) -> list[HeldJob]:
     out = []
-    for o in claimed:
-        claimed = claims.take(o.held.path) if o.held is not None else None
-        if claimed is None or o.held is None:  # cannot happen: the claim hook ran for every node it returned
-            log.error("claimed node %s has no claimed record; giving it back", o.name)
-            engine.release_nodes([o])
+    for node in nodes:
+        claimed = claims.take(node.path)
+        if claimed is None:  # cannot happen: the claim hook ran for every node it returned
+            log.error("claimed node %s has no claimed record; giving it back", node.name)
+            node.release()
             continue
-        out.append(HeldJob(o.held.path, o.version, claimed.record, claimed.version, o, engine.complete_nodes,
-                           engine.release_nodes, engine.forget_nodes, counted=claimed.counted,
-                           _commit=engine.commit_held, _ack=engine.held_ack_ops))
+        out.append(HeldJob(node.path, node.version, claimed.record, claimed.version, node, counted=claimed.counted))
     return out

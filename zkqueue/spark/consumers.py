@@ -32,7 +32,7 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
-from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_BATCH_SIZE, Outcome, blobs
+from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_BATCH_SIZE, HeldNode, blobs
 from zkqueue.formats import framing, large_ref, naming
 from zkqueue.engine import api
 from zkqueue.errors import ConfigurationError
@@ -481,9 +481,9 @@ def _read_leased(client: Any, path: str, lock_path: str, listed: int, kind: str,
         return queue
 
     queue = call_with_reconnect(client, started_queue, f"read_queue: starting the pull claims on {path}")
-    removed: list[Outcome] = []  # nodes acked
-    unsettled: list[Outcome] = []  # acks whose reply was lost: settled (retried) by the time the queue is closed
-    held_back: list[Outcome] = []  # claimed, not taken (past max_items): given back at the end, not claimed again
+    removed: list[HeldNode] = []  # nodes acked
+    unsettled: list[HeldNode] = []  # acks whose reply was lost: settled (retried) by the time the queue is closed
+    held_back: list[HeldNode] = []  # claimed, not taken (past max_items): given back at the end, not claimed again
     taken = examined = 0
     first_listing_by = time.monotonic() + session_timeout
     try:
@@ -492,7 +492,7 @@ def _read_leased(client: Any, path: str, lock_path: str, listed: int, kind: str,
             if not claimed:
                 break  # nothing due is left that no other consumer holds
             examined += len(claimed)
-            take: list[Outcome] = []
+            take: list[HeldNode] = []
             for outcome in _in_queue_order(claimed, kind):
                 if max_items is not None and taken and taken + len(outcome.items) > max_items:
                     held_back.append(outcome)
@@ -522,7 +522,7 @@ def _read_leased(client: Any, path: str, lock_path: str, listed: int, kind: str,
         rows.add(outcome.name, outcome.items)
 
 
-def _claim(client: Any, queue: Any, n: int, first_listing_by: float) -> list[Outcome]:
+def _claim(client: Any, queue: Any, n: int, first_listing_by: float) -> list[HeldNode]:
     """Up to ``n`` due nodes claimed now, without waiting; [] once none is claimable. The pull seam lists the queue
     in the background, so claims wait (briefly, again and again, until ``first_listing_by``) for its first listing:
     a claim that found nothing before it proves nothing."""
@@ -537,12 +537,12 @@ def _claim(client: Any, queue: Any, n: int, first_listing_by: float) -> list[Out
             return []
 
 
-def _in_queue_order(outcomes: list[Outcome], kind: str) -> list[Outcome]:
+def _in_queue_order(outcomes: list[HeldNode], kind: str) -> list[HeldNode]:
     position = {name: i for i, name in enumerate(ordered_names([o.name for o in outcomes], kind, due_only=False))}
     return sorted(outcomes, key=lambda o: position[o.name])
 
 
-def _ack(client: Any, path: str, queue: Any, outcomes: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
+def _ack(client: Any, path: str, queue: Any, outcomes: list[HeldNode]) -> tuple[list[HeldNode], list[HeldNode]]:
     """Ack claimed nodes (each deleted with its lease in one fenced multi, many per multi): (the nodes removed, the
     nodes whose ack is not settled yet: the engine retries them, at the latest at close). Each outcome's
     ``settled`` says how its ack ended."""
@@ -553,7 +553,7 @@ def _ack(client: Any, path: str, queue: Any, outcomes: list[Outcome]) -> tuple[l
     return [o for o in outcomes if o.settled == "done"], [o for o in outcomes if o.settled is None]
 
 
-def _present(client: Any, path: str, outcomes: list[Outcome]) -> set[str]:
+def _present(client: Any, path: str, outcomes: list[HeldNode]) -> set[str]:
     """The names of ``outcomes`` whose nodes still exist (one multiRead of their child lists, not their data)."""
     reads = call_with_reconnect(
         client, lambda: api.multi_read(client, [naming.join(path, o.name) for o in outcomes], children=True),
