@@ -12,7 +12,7 @@ check-java:
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark,bench,otel]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,bench,otel,celery]'
 	# arq (a peer of the asyncio benchmark) pins redis-py below 6, which Celery's kombu (>= 6.4) refuses; it runs
 	# fine on redis-py 7, so it is installed without its pins (pip check reports that one requirement).
 	$(PY) -m pip install --quiet --no-deps 'arq>=0.26'

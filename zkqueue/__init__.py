@@ -81,6 +81,7 @@ _EXPORTS = {
     "DuplicateTaskError": "zkqueue.errors",
     "ConnectFailedError": "zkqueue.errors",
     "ConnectionLostError": "zkqueue.errors",
+    "BrokerConnectionError": "zkqueue.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -114,6 +115,7 @@ if TYPE_CHECKING:  # pragma: no cover
         NonRetryableError,
         NoSuchElementError,
         SessionLostError,
+        BrokerConnectionError,
         TaskParamsError,
         UndecodableParamsError,
         UnknownTaskError,

@@ -144,7 +144,10 @@ class PutOutcomeUnknown(ZkQueueError):
 class SessionLostError(ZkQueueError):
     """The worker's ZooKeeper session ended while a request was outstanding: it expired, or the client did not
     reconnect within the session timeout. Ephemeral locks of that session are gone; the task has to fail.
-    (Raised by :mod:`zkqueue.spark.clients`, which still exports the name.)"""
+    (Raised by :mod:`zkqueue.spark.clients`, which still exports the name.) The ``zkqueue://`` kombu transport
+    raises it from ``drain_events`` when its connection's session ended (every message it held went back to its
+    queue; its acks can no longer be made); it is one of the transport's ``connection_errors``, so kombu and
+    Celery reconnect."""
 
 
 class WaitTimeoutError(ZkQueueError, TimeoutError):
@@ -263,6 +266,12 @@ class ConnectionLostError(ZkQueueError, ConnectionError):
     def __reduce__(self) -> tuple[Any, ...]:
         cause = self.cause if self.cause is None or isinstance(self.cause, str) else repr(self.cause)
         return (type(self), (self.what, self.waited, cause))
+
+
+class BrokerConnectionError(ZkQueueError, ConnectionError):
+    """The ``zkqueue://`` kombu transport (:mod:`zkqueue.celery`) reached no ZooKeeper server of its broker URL in
+    time. In the transport's ``connection_errors``: kombu's ``ensure`` and Celery's consumer reconnect on it, and
+    fail over to an alternate URL."""
 
 
 class WorkerLostError(ZkQueueError):

@@ -92,9 +92,24 @@ def test_cancel_a_running_sync_job_ends_it_cancelled(zk_client) -> None:
         assert jq.add("y", job_id="run") == "run"  # and the id is free
 
 
-def test_cancel_a_running_async_job_cancels_its_coroutine(zk_client) -> None:
+def test_cancel_a_running_async_job_cancels_its_coroutine(zk_client, monkeypatch) -> None:
+    """...and the read that confirms the request before the job ends CANCELLED is not made on the event loop (it
+    blocks: every coroutine on the loop would wait for it)."""
     started = threading.Event()
     cancelled = threading.Event()
+    confirmed_on_a_loop: list[bool] = []
+    requested = JobQueue.cancel_requested
+
+    def cancel_requested(self, job_id, *, confirm=False):
+        if confirm:
+            try:
+                asyncio.get_running_loop()
+                confirmed_on_a_loop.append(True)
+            except RuntimeError:
+                confirmed_on_a_loop.append(False)
+        return requested(self, job_id, confirm=confirm)
+
+    monkeypatch.setattr(JobQueue, "cancel_requested", cancel_requested)
 
     async def handler(job):
         started.set()
@@ -113,6 +128,7 @@ def test_cancel_a_running_async_job_cancels_its_coroutine(zk_client) -> None:
         job = jq.wait("arun", timeout=10)
         assert cancelled.is_set() and job.state is JobState.CANCELLED
         assert job.attempts == 1 and job.errors == []  # cancelled, not failed
+    assert confirmed_on_a_loop and not any(confirmed_on_a_loop), confirmed_on_a_loop
 
 
 def test_cancel_a_job_a_worker_holds_claimed_ahead_ends_it_without_running_it(zk_client) -> None:

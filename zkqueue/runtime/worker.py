@@ -22,6 +22,7 @@ no thread dies silently.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import heapq
 import itertools
@@ -55,6 +56,15 @@ _DEADLINE_SLACK = 64
 #: Handlers whose mean run is at most this many seconds get their jobs claimed under block leases (a lock per 64
 #: jobs instead of a lock and a fence per job). A job that runs long then holds back the rest of its block.
 BLOCK_LEASE_HANDLER_SECONDS = 0.25
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread runs an asyncio event loop now (a blocking call here would stall every job on it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class Driver(Protocol):
@@ -161,6 +171,9 @@ class Worker:
         self._claimers_left = 0
         self._claims_ended = threading.Event()
         self._own_ends: list[tuple[Attempt, Callable[[Attempt], None]]] = []  # timed out, for Route.end to commit
+        #: Attempts of async handlers that ended after a cancel request: whether the request is still there is a
+        #: ZooKeeper read, which the finisher makes (never the event loop), then settles them.
+        self._to_settle: list[Attempt] = []
         self._committing = False
         self._deadlines: list[tuple[float, int, Attempt]] = []
         self._seq = itertools.count()
@@ -522,12 +535,17 @@ class Worker:
             except RuntimeError:  # the executor is shut down: end it here after all
                 log.warning("the end of job %s is committed on its handler's thread (its executor is shut down)",
                             attempt.job.id)
+        run = attempt.running
+        if run is not None and run.cancel_requested and _on_event_loop():
+            with self._cond:  # the cancel request's confirming read blocks: the finisher makes it
+                self._to_settle.append(attempt)
+                self._cond.notify_all()
+            return
         queue, held = attempt.source, attempt.held
         own = end if attempt.how != GIVEN_BACK else None  # the route commits this end itself
         ran_for = time.monotonic() - attempt.started
         if attempt.how == RAN:
             self._note_run(ran_for)
-        run = attempt.running
         if run is not None:
             progress = run.close()  # waits for a progress write under way; no more after it
             if progress is not UNSET:
@@ -628,12 +646,18 @@ class Worker:
             with self._cond:
                 while True:
                     writes, wait = self._progress_due()
-                    if writes or self._ends or self._own_ends or (
+                    if writes or self._ends or self._own_ends or self._to_settle or (
                             self._claims_ended.is_set() and (self._releases or self._returns)):
                         break
                     if self._finishing.is_set():
                         return
                     self._cond.wait(wait)
+                settle, self._to_settle = self._to_settle, []
+                if settle:
+                    self._committing = True
+            for attempt in settle:  # (routes that end their jobs themselves take no cancels) their ends join below
+                self._settled(attempt)
+            with self._cond:
                 ends, self._ends = self._ends, []
                 own, self._own_ends = self._own_ends, []
                 releases: list[HeldJob] = []
@@ -663,7 +687,7 @@ class Worker:
         """Nothing held, running or waiting to be committed here."""
         with self._cond:
             return not (self._ready or self._running or self._starting or self._ends or self._releases
-                        or self._returns or self._own_ends or self._committing)
+                        or self._returns or self._own_ends or self._to_settle or self._committing)
 
     def running_ids(self) -> list[str]:
         """Ids of the jobs running now."""

@@ -1,0 +1,178 @@
+"""The transport's queues in ZooKeeper: where each kombu queue lives, its engine queue, and the stored message.
+
+Layout under the transport's root (``/kombu`` in the URL's chroot unless the ``root`` option says otherwise)::
+
+    <root>/queues/<queue>      the messages: a zkqueue priority queue (Curator's priority names), one per node
+    <root>/locks/<queue>       the leases of held (delivered, not yet acked) messages
+    <root>/exchanges/...       exchange bindings (see :mod:`zkqueue.celery.routing`)
+
+A queue name is escaped into one node name (``%``, ``/``, ``|`` and characters ZooKeeper refuses, as zkqueue
+escapes ids). Each kombu queue is one lock-safe engine queue in pull mode, shared by every connection of the
+process (:class:`QueueStore`, one per client): ``claim_nodes`` holds messages under session-bound leases,
+``complete_nodes`` acks, ``release_nodes`` gives them back untouched (same node, same place in the queue).
+
+A stored message is kombu's message dict as JSON (kombu's ``json`` module, as the Redis transport stores it),
+plus ``x-zkqueue-expires`` (epoch ms) when the message or its queue has a time to live.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, NotEmptyError
+from kombu.utils.json import dumps, loads
+
+from zkqueue import QueueBuilder
+from zkqueue.engine.api import held_items
+from zkqueue.formats import naming
+from zkqueue.formats.serializers import BytesSerializer
+
+log = logging.getLogger("zkqueue.celery.queues")
+
+EXPIRES_KEY = "x-zkqueue-expires"
+#: Seconds a get waits for a listing that shows messages the queue node says it has (a put just made may not be
+#: in the engine's cached listing yet).
+FRESH_LISTING_WAIT = 0.2
+
+
+def node_name(name: str) -> str:
+    """One ZooKeeper node name for a kombu queue or exchange name (reversible, see :func:`naming.escape_id`)."""
+    escaped = naming.escape_id(name)
+    if escaped in ("", ".", ".."):
+        escaped = escaped.replace(".", "%2E") or "%00"  # a name of its own, never a real one's escape
+    return escaped
+
+
+def encode(message: dict[str, Any], expires_at_ms: int | None) -> bytes:
+    if expires_at_ms is not None:
+        message = dict(message, **{EXPIRES_KEY: expires_at_ms})
+    return dumps(message).encode("utf-8")
+
+
+def decode(data: bytes) -> tuple[dict[str, Any], int | None]:
+    message = loads(data)
+    expires = message.pop(EXPIRES_KEY, None)
+    return message, expires
+
+
+def expired(expires_at_ms: int | None) -> bool:
+    return expires_at_ms is not None and time.time() * 1000 >= expires_at_ms
+
+
+class QueueStore:
+    """The started engine queues of one client under ``root`` (built on first use, closed with the client)."""
+
+    def __init__(self, client: KazooClient, root: str, *, large_items: bool = True) -> None:
+        self.client = client
+        self.root = root.rstrip("/")
+        self._large_items = large_items
+        self._lock = threading.Lock()
+        self._queues: dict[str, Any] = {}
+
+    def queue_path(self, name: str) -> str:
+        return f"{self.root}/queues/{node_name(name)}"
+
+    def lock_path(self, name: str) -> str:
+        return f"{self.root}/locks/{node_name(name)}"
+
+    def get(self, name: str) -> Any:
+        """The started engine queue of kombu queue ``name`` (its nodes are created if missing)."""
+        with self._lock:
+            queue = self._queues.get(name)
+            if queue is None:
+                builder = (QueueBuilder.builder(self.client, None, BytesSerializer(), self.queue_path(name))
+                           .lock_path(self.lock_path(name)).put_in_background(False).final_flush_time(0.0))
+                if self._large_items:
+                    builder = builder.large_items()
+                queue = builder.build_priority_queue(0)
+                queue.start()
+                self._queues[name] = queue
+            return queue
+
+    def put(self, name: str, message: dict[str, Any], priority: int, expires_at_ms: int | None = None) -> None:
+        """Store ``message`` in queue ``name``; returns once it is committed (puts of many threads share multis)."""
+        self.get(name).put(encode(message, expires_at_ms), priority)
+
+    def claim(self, name: str, max_nodes: int, timeout: float = 0.0) -> list[Any]:
+        """Up to ``max_nodes`` held messages of ``name``, at once (``timeout`` 0) or within ``timeout`` seconds.
+
+        A message put by this very process a moment ago may not be in the engine's cached listing yet; when no
+        node was claimable at once but the queue node has children, the claim waits briefly for a fresh listing
+        (so ``basic_get`` right after a publish finds the message)."""
+        queue = self.get(name)
+        nodes = queue.claim_nodes(max_nodes, timeout)
+        if nodes or timeout >= FRESH_LISTING_WAIT:
+            return nodes
+        try:
+            stat = self.client.exists(self.queue_path(name))
+        except NoNodeError:
+            return []
+        if stat is None or stat.numChildren == 0:
+            return []
+        return queue.claim_nodes(max_nodes, FRESH_LISTING_WAIT)
+
+    def claim_fresh(self, name: str, max_nodes: int, timeout: float = 0.0) -> list[Any]:
+        """:meth:`claim`, in priority order as of now: the engine claims from its cached listing and, when a change
+        came since, asks for a new listing on the way; when the claim took fewer than ``max_nodes``, a second one
+        (which sees that listing: its reply came on the same connection before the claim's) adds newer messages,
+        and the whole is sorted by priority, then publish order."""
+        nodes = self.claim(name, max_nodes, timeout)
+        if nodes and len(nodes) < max_nodes:
+            more = self.get(name).claim_nodes(max_nodes - len(nodes), 0.0)
+            if more:
+                nodes = sorted(nodes + more, key=lambda node: naming.priority_sort_key(node.name))
+        return nodes
+
+    def exists(self, name: str) -> bool:
+        return self.client.exists(self.queue_path(name)) is not None
+
+    def size(self, name: str) -> int:
+        """Messages ready in ``name`` (stored and not held by a consumer), as AMQP's ``message_count``."""
+        path = self.queue_path(name)
+        try:
+            items = [n for n in self.client.get_children(path) if naming.is_item_name(n)]
+        except NoNodeError:
+            return 0
+        if not items:
+            return 0
+        try:
+            locks = self.client.get_children(self.lock_path(name))
+        except NoNodeError:
+            locks = []
+        return len(items) - len(held_items(items, locks, path))
+
+    def purge(self, name: str) -> int:
+        """Delete every ready message of ``name`` (held ones stay with their consumers); how many were deleted."""
+        if not self.exists(name):
+            return 0
+        count = 0
+        while nodes := self.claim(name, 500):
+            self.get(name).complete_nodes(nodes)  # no completion set: an ack, i.e. deleted
+            count += len(nodes)
+        return count
+
+    def delete(self, name: str) -> None:
+        """Purge ``name`` and remove its nodes when no consumer holds a message of it any more."""
+        self.purge(name)
+        with self._lock:
+            queue = self._queues.pop(name, None)
+        if queue is not None:
+            queue.close()
+        for path in (self.queue_path(name), self.lock_path(name)):
+            try:
+                self.client.delete(path)
+            except (NoNodeError, NotEmptyError):
+                pass  # held messages (or a put racing the delete) keep the node
+
+    def close(self) -> None:
+        with self._lock:
+            queues, self._queues = list(self._queues.values()), {}
+        for queue in queues:
+            try:
+                queue.close()
+            except Exception:
+                log.warning("closing queue %s failed", queue.queue_path, exc_info=True)
