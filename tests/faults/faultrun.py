@@ -80,6 +80,10 @@ class FaultRun:
             self._spawn("producer", f"p{i}", {"hosts": self.hosts, "queue": QUEUE, "count": per_producer,
                                               "pause": producer_pause, "session_timeout": PRODUCER_SESSION,
                                               "name": f"{scenario}-p{i}", "background": i % 2 == 1})
+        # every producer runs before a fault strikes (on a loaded machine the others can put enough for the
+        # fault's trigger while one is still starting, and the fault would then meet its start, not its puts)
+        wait_for(lambda: all(self._has(n, "ready") for n in self.producer_names()), timeout=DEADLINE,
+                 interval=0.1, message="producers did not start")
 
     # ---------------------------------------------------------------- processes
     def _journal(self, name: str) -> Path:

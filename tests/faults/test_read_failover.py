@@ -1,5 +1,5 @@
 """Reads through a failover (issue 29): ``JobQueue.get``/``counts`` and ``Flow.get``/``jobs``/``counts`` wait out a
-leader election instead of raising kazoo's ConnectionLoss, and past their bounded wait raise
+leader election instead of raising kazoo's ConnectionLoss (so does a queue's start), and past their bounded wait raise
 :class:`zkqueue.errors.ConnectionLostError`, chained from the last kazoo error, with a message that says so."""
 
 from __future__ import annotations
@@ -109,7 +109,9 @@ def test_reads_raise_connection_lost_error_past_their_wait(ensemble) -> None:
         wait_for(lambda: not client.connected, timeout=15, message="the client did not notice the frozen node")
         for what, read in [("counting the flow jobs of /flow", looker.counts),
                            ("listing /q", lambda: dq.read_retrying(lambda: client.get_children("/q"), "listing /q")),
-                           ("reading job nope", lambda: jq.get("nope"))]:
+                           ("reading job nope", lambda: jq.get("nope")),
+                           ("starting queue /q2", QueueBuilder.builder(client, None, BytesSerializer(), "/q2")
+                            .put_outcome_wait(2.0).build_queue().start)]:
             started = time.monotonic()
             with pytest.raises(ConnectionLostError) as lost:
                 read()

@@ -195,3 +195,42 @@ def test_str_items_round_trip_under_block_leases(zk_client) -> None:
             q.put(f"s{i}")
         wait_for(lambda: len(got) == 200)
     assert got == [f"s{i}" for i in range(200)]  # one consumer: FIFO under either lease
+
+
+def test_a_completion_waiting_for_its_reply_holds_up_no_other(zk_client, monkeypatch) -> None:
+    """No lock is held across a request to ZooKeeper: while the ack of one held node waits for its reply, the ack
+    of another node of the same queue (another thread) is sent, answered and settled."""
+    from zkqueue.engine.queue import DistributedQueue
+    from zkqueue.transport import protocol
+
+    fill(zk_client, ["slow", "quick"])
+    real = protocol.send_multi
+    slow_sent, go = threading.Event(), threading.Event()
+
+    class HeldBack:
+        def __init__(self, pending) -> None:
+            self._pending = pending
+
+        def result(self, timeout=None):
+            slow_sent.set()
+            assert go.wait(30), "the other ack never settled while this one waited"
+            return self._pending.result(timeout)
+
+    def send_multi(client, ops, **kw):
+        ops = list(ops)
+        pending = real(client, ops, **kw)
+        return HeldBack(pending) if any(op.path.endswith(slow_path) for op in ops) else pending
+
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        slow, quick = q.claim_nodes(2, timeout=5)
+        slow_path = slow.path
+        monkeypatch.setattr(protocol, "send_multi", send_multi)
+        waiting = threading.Thread(target=slow.finish, name="slow-ack")
+        waiting.start()
+        assert slow_sent.wait(10)
+        assert quick.finish() == "done"  # settled while the slow ack still waits for its reply
+        go.set()
+        waiting.join(30)
+        assert not waiting.is_alive() and slow.settled == "done"
+    assert zk_client.get_children(QPATH) == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -51,6 +52,7 @@ class _Inflight:
     plan: list[tuple[Outcome, Completion]]
     tail_leases: list[Lease]
     reply: Any
+    busy: list[Lease]  # the leases it keeps busy until it is collected (see Leases.begin)
 
 
 @dataclass(eq=False)
@@ -99,7 +101,10 @@ class Completer:
         self._deferred: list[Outcome] = []
         self._deferred_releases: list[Held] = []
         self._released: set[str] = set()  # names given back since the run loop last asked
-        self._inflight: list[_Inflight] = []
+        self._inflight: deque[_Inflight] = deque()  # sent by submit(), in order, not collected yet
+        self._collecting = 0  # in-flight completions being collected now (by any thread)
+        self._collected = threading.Condition()  # guards the two above
+        self._local = threading.local()  # .collecting: this thread collects now (it must not wait for itself)
 
     def take_released(self) -> set[str]:
         """Names of the nodes given back untouched since the last call: the run loop tries them again."""
@@ -144,18 +149,22 @@ class Completer:
     def complete(self, outcomes: list[Outcome]) -> None:
         """Finish consumed nodes now. Never raises for an item: failures are logged, counted and retried or
         released."""
-        with self._leases.commit_lock:
-            self._collect_locked()
+        self.collect()
+        busy = self._leases.begin(o.held for o in outcomes if o.held is not None)
+        try:
             for fence, plan in self._plan(outcomes).items():
                 self._commit(fence, plan)
+        finally:
+            self._leases.end(busy)
 
     def submit(self, outcomes: list[Outcome]) -> None:
         """Send the completions of ``outcomes`` without waiting for the reply; :meth:`collect` (called before
         the next step is delivered, and by everything else that touches leases) finishes them. This is how a
         step's acks overlap the next step's claim on one thread: ZooKeeper answers a session in order, so the
-        claim that follows sees them."""
-        with self._leases.commit_lock:
-            self._collect_locked()
+        claim that follows sees them. Their leases stay busy (not downgraded) until they are collected."""
+        self.collect()
+        busy = self._leases.begin(o.held for o in outcomes if o.held is not None)
+        try:
             for fence, plan in self._plan(outcomes).items():
                 groups = self._groups(plan)
                 tail, tail_leases = self._leases.releases_if_finished(o.held for o, _c in plan if o.held)
@@ -170,49 +179,72 @@ class Completer:
                     log.debug("could not send a completion of %d on %s (%r)", len(plan), self._ctx.queue_path, exc)
                     self._commit(fence, plan)
                     continue
-                self._inflight.append(_Inflight(fence, plan, tail_leases, reply))
+                sent = self._leases.begin(o.held for o, _c in plan if o.held is not None)  # until collected
+                with self._collected:
+                    self._inflight.append(_Inflight(fence, plan, tail_leases, reply, sent))
+        finally:
+            self._leases.end(busy)
 
     def collect(self) -> None:
-        """Finish every completion sent by :meth:`submit`."""
-        if not self._inflight:  # nothing sent (pull mode): do not wait for a commit another thread is making
-            return
-        with self._leases.commit_lock:
-            self._collect_locked()
+        """Finish every completion sent by :meth:`submit` (and wait for those other threads are finishing)."""
+        if getattr(self._local, "collecting", False):
+            return  # called while collecting (a release of a failed completion): the outer loop goes on
+        with self._collected:
+            if not self._inflight and not self._collecting:
+                return  # nothing sent (pull mode)
+        self._local.collecting = True
+        try:
+            while True:
+                with self._collected:
+                    while not self._inflight and self._collecting:
+                        self._collected.wait()
+                    if not self._inflight:
+                        return
+                    f = self._inflight.popleft()
+                    self._collecting += 1
+                try:
+                    self._collect_one(f)
+                finally:
+                    self._leases.end(f.busy)
+                    with self._collected:
+                        self._collecting -= 1
+                        self._collected.notify_all()
+        finally:
+            self._local.collecting = False
 
     @property
     def in_flight(self) -> bool:
-        return bool(self._inflight)
+        with self._collected:
+            return bool(self._inflight) or self._collecting > 0
 
-    def _collect_locked(self) -> None:
-        while self._inflight:
-            f = self._inflight.pop(0)
-            try:
-                result = f.reply.result()
-            except CONNECTION_ERRORS as exc:
-                self._ctx.connection.failover.error(exc, f"completing {len(f.plan)} item(s) (checking them)")
-                self._commit(f.fence, f.plan, after_lost_reply=True)
-                continue
-            except Exception as exc:
-                log.warning("completion of %d item(s) on %s failed (%r); will retry", len(f.plan),
-                            self._ctx.queue_path, exc)
-                self._defer([o for o, _c in f.plan])
-                continue
-            if result.ok:
-                finished = []
-                for o, c in f.plan:
-                    assert o.held is not None
-                    self._succeeded(o, c)
-                    finished.append(o.held)
-                emptied = [lease for lease in self._leases.finished(finished) if lease not in f.tail_leases]
-                self._leases.release_blocks(emptied)
-                continue
-            prefix_len = len(self._leases.prefix_for(f.fence))
-            if result.failed_index is not None and result.failed_index < prefix_len:
-                self._leases.fence_lost(f.fence)
-                for o, _c in f.plan:
-                    self._lock_lost(o)
-                continue
-            self._commit(f.fence, f.plan)  # all-or-nothing: nothing committed; sort it out group by group
+    def _collect_one(self, f: _Inflight) -> None:
+        try:
+            result = f.reply.result()
+        except CONNECTION_ERRORS as exc:
+            self._ctx.connection.failover.error(exc, f"completing {len(f.plan)} item(s) (checking them)")
+            self._commit(f.fence, f.plan, after_lost_reply=True)
+            return
+        except Exception as exc:
+            log.warning("completion of %d item(s) on %s failed (%r); will retry", len(f.plan),
+                        self._ctx.queue_path, exc)
+            self._defer([o for o, _c in f.plan])
+            return
+        if result.ok:
+            finished = []
+            for o, c in f.plan:
+                assert o.held is not None
+                self._succeeded(o, c)
+                finished.append(o.held)
+            emptied = [lease for lease in self._leases.finished(finished) if lease not in f.tail_leases]
+            self._leases.release_blocks(emptied)
+            return
+        prefix_len = len(self._leases.prefix_for(f.fence))
+        if result.failed_index is not None and result.failed_index < prefix_len:
+            self._leases.fence_lost(f.fence)
+            for o, _c in f.plan:
+                self._lock_lost(o)
+            return
+        self._commit(f.fence, f.plan)  # all-or-nothing: nothing committed; sort it out group by group
 
     def _plan(self, outcomes: list[Outcome]) -> dict[str | None, list[tuple[Outcome, Completion]]]:
         """Decide each outcome's completion (quarantines are done at once) and group them by session fence."""
@@ -378,22 +410,24 @@ class Completer:
         """Give items back untouched. Retried later if the connection is down (the fence makes that safe)."""
         if not held:
             return
-        with self._leases.commit_lock:
+        busy = self._leases.begin(held)
+        try:
             by_fence: dict[str | None, list[Held]] = {}
             for h in held:
                 by_fence.setdefault(h.lease.session_fence, []).append(h)
             for fence, part in by_fence.items():
                 self._release(fence, part)
+        finally:
+            self._leases.end(busy)
 
     def forget(self, held: list[Held]) -> None:
         """Drop items whose nodes the caller already deleted, with their leases' locks, in a multi of its own
         (built from the lease's ack ops): no request is sent."""
         if not held:
             return
-        with self._leases.commit_lock:
-            with self._deferred_lock:
-                self._released.update(h.name for h in held)
-            self._leases.release_blocks(self._leases.finished(held))
+        with self._deferred_lock:
+            self._released.update(h.name for h in held)
+        self._leases.release_blocks(self._leases.finished(held))
 
     def _release(self, fence: str | None, held: list[Held]) -> None:
         with self._deferred_lock:

@@ -78,6 +78,11 @@ class Lease:
     session_fence: str | None = None  # the session fence it was claimed under (None with Curator's lock names)
     members: dict[str, Held] = field(default_factory=dict)  # items taken under it and not finished yet
     since: float = field(default_factory=time.monotonic)
+    #: Commits under way on it (completions, releases, fenced writes, sent and not yet settled): while any is, it
+    #: is not downgraded. Changed under :attr:`Leases._changed` (see :meth:`Leases.begin`).
+    busy: int = 0
+    #: A downgrade of it is under way: commits on its items wait for it (their ops depend on its kind).
+    downgrading: bool = False
 
 
 @dataclass(eq=False)
@@ -171,9 +176,9 @@ class Leases:
         self._ctx = ctx
         self._lock_path = ctx.lock_path
         self.curator_names = ctx.lock_names == "curator"
-        #: Serializes multis that finish, release or downgrade leases (they read and change lease state).
-        self.commit_lock = threading.RLock()
-        self._state = threading.Lock()
+        self._state = threading.Lock()  # lease state only; never held across a request to ZooKeeper
+        #: Signalled when a lease's ``busy`` count or ``downgrading`` flag changes.
+        self._changed = threading.Condition(self._state)
         self._blocks: dict[int, Lease] = {}
         self._fence: str | None = None
         self._fence_session: int | None = None
@@ -455,6 +460,30 @@ class Leases:
         lease.members[name] = h
         return h
 
+    # ------------------------------------------------------------------------------------- commits under way
+    def begin(self, helds: Iterable[Held]) -> list[Lease]:
+        """Mark the leases of ``helds`` busy for a commit on them (a completion, a release, a fenced write), waiting
+        while one of them is being downgraded (its items' ops change with its kind); once this returns, their
+        ``lease`` stays as it is until :meth:`end` is called with the leases returned. Marks nest. No lock is held
+        in between: commits on different leases (or the same one) go on at once, each fenced by ZooKeeper."""
+        helds = list(helds)
+        with self._changed:
+            while True:
+                leases = list({id(h.lease): h.lease for h in helds}.values())
+                if not any(lease.downgrading for lease in leases):
+                    break
+                self._changed.wait()
+            for lease in leases:
+                lease.busy += 1
+        return leases
+
+    def end(self, leases: Iterable[Lease]) -> None:
+        """The commits marked by :meth:`begin` (which returned ``leases``) are settled."""
+        with self._changed:
+            for lease in leases:
+                lease.busy -= 1
+            self._changed.notify_all()
+
     # ------------------------------------------------------------------------------------- finishing
     def finish_group(self, h: Held, ops: Sequence[Any]) -> list[Any]:
         """``ops`` on held item ``h`` (which must include its delete), as one group for a fenced multi. An item
@@ -619,12 +648,23 @@ class Leases:
             return [lease for lease in self._blocks.values() if now - lease.since > older_than and lease.members]
 
     def downgrade(self, lease: Lease) -> None:
-        """Move the unfinished items of a block lease to item leases and release the block, in one multi.
-        The caller holds :attr:`commit_lock`."""
-        with self._state:
+        """Move the unfinished items of a block lease to item leases and release the block, in one multi. Not
+        while a commit on it is under way (it is tried again later); commits on its items that begin meanwhile
+        wait for it (see :meth:`begin`)."""
+        with self._changed:
             members = list(lease.members.values())
-            if not members or self._blocks.get(lease.block) is not lease:  # type: ignore[arg-type]
+            current = self._blocks.get(lease.block) is lease  # type: ignore[arg-type]
+            if not members or not current or lease.busy or lease.downgrading:
                 return
+            lease.downgrading = True
+        try:
+            self._downgrade(lease, members)
+        finally:
+            with self._changed:
+                lease.downgrading = False
+                self._changed.notify_all()
+
+    def _downgrade(self, lease: Lease, members: list[Held]) -> None:
         token = self._ctx.tokens.next()
         plans = []
         for h in members:
@@ -641,7 +681,7 @@ class Leases:
             committed = result.ok
         except CONNECTION_ERRORS as exc:
             # Did it commit? Exactly when our new fences exist (they are unique to this attempt). Until we know,
-            # nothing else may touch this lease, so we ask until we get an answer (holding the commit lock).
+            # nothing else may touch this lease, so we ask until we get an answer (commits on it wait).
             log.warning("downgrading %s: %r; checking whether it committed", lease.lock, exc)
             committed = self._created(plans[0][2])
             if committed is None:

@@ -112,12 +112,10 @@ class LeaseTaker:
         """Downgrade block leases held too long. Never dies; errors are logged and retried a while later."""
         while not self._stop.wait(_KEEPER_INTERVAL):
             try:
-                stale = self.leases.stale_blocks()
-                if stale:
-                    with self.leases.commit_lock:
-                        self.completer.collect()  # what is finished must not be moved to item leases
-                        for lease in self.leases.stale_blocks():
-                            self.leases.downgrade(lease)
+                if self.leases.stale_blocks():
+                    self.completer.collect()  # what is finished must not be moved to item leases
+                    for lease in self.leases.stale_blocks():
+                        self.leases.downgrade(lease)  # not while a commit on it is under way: next time
             except Exception as exc:
                 self._ctx.counters.add("loop_errors")
                 if not self._ctx.connection.failover.error(exc, "keeping leases"):
@@ -338,21 +336,16 @@ class LeaseTaker:
     def _release_outcomes(self, outcomes: list[Outcome]) -> None:
         self._give_back([o.held for o in outcomes if o.held is not None])
 
-    def commit_fenced(self, outcomes: list[Outcome], ops_of: list[list[Any]], *, exclusive: bool = True
-                      ) -> list[Any]:
+    def commit_fenced(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
         """Commit ``ops_of[i]`` on held node ``outcomes[i]`` without ending it, each group fenced by the node's lease
         (its session fence, and the item lease's fence child), many groups per multi. Per node: None (no ops),
         False (its session, and so its lease, is gone) or the group's :class:`GroupOutcome`. Connection errors
-        propagate: whether the ops committed is then unknown.
-
-        ``exclusive``: hold :attr:`Leases.commit_lock` through the commit (a claim's ops, which must not overlap
-        the completions of the same nodes). Ops on nodes that stay held and that no completion touches (counting an
-        attempt as a job starts) pass False: the fence is read under the lock, the round trip goes without it, so
-        it overlaps the claims and completions of other nodes. The session fence keeps them exact: a lease moved
-        from a block to an item lease meanwhile is still this session's."""
+        propagate: whether the ops committed is then unknown. The leases stay as they are (not downgraded) until
+        the reply is in; commits on other nodes go on meanwhile."""
         results: list[Any] = [None] * len(outcomes)
         plans: list[tuple[str | None, list[int], list[list[Any]]]] = []
-        with self.leases.commit_lock:
+        busy = self.leases.begin(o.held for i, o in enumerate(outcomes) if ops_of[i] and o.held is not None)
+        try:
             by_fence: dict[str | None, list[int]] = {}
             for i, o in enumerate(outcomes):
                 if ops_of[i]:
@@ -365,10 +358,9 @@ class LeaseTaker:
                     item_fence = lease.fence if lease.kind is LeaseKind.ITEM else None
                     groups.append(([check_op(item_fence)] if item_fence else []) + ops_of[i])
                 plans.append((fence, indexes, groups))
-            if exclusive:
-                self._commit_plans(plans, results)
-        if not exclusive:
             self._commit_plans(plans, results)
+        finally:
+            self.leases.end(busy)
         return results
 
     def _commit_plans(self, plans: list[tuple[str | None, list[int], list[list[Any]]]], results: list[Any]) -> None:

@@ -67,6 +67,7 @@ from zkqueue.engine.mover import Mover
 from zkqueue.engine.parking import Parking, Placement
 from zkqueue.engine.producer import Producer
 from zkqueue.engine.pull import Puller
+from zkqueue.engine.put_markers import ClientConnection, read_retrying
 from zkqueue.engine.seams import ClaimHook
 from zkqueue.engine.stats import Counters, QueueStats
 from zkqueue.errors import (
@@ -281,6 +282,9 @@ class DistributedQueue(Generic[T]):
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        """Create the queue's nodes where missing and start its threads. A lost connection (a leader election) is
+        waited out for up to ``put_outcome_wait`` seconds; past it :class:`~zkqueue.errors.ConnectionLostError`
+        (the queue is then closed: build a new one)."""
         with self._state_lock:
             if self._state is _State.STARTED:
                 raise QueueStateError(f"queue {self._queue_path} is already started")
@@ -291,15 +295,10 @@ class DistributedQueue(Generic[T]):
             self._check_lock_path_is_not_an_item()
             for scheme, credential in self._config.auth:
                 self._client.add_auth(scheme, credential)
-            self._client.ensure_path(self._queue_path, acl=self._acl)
-            if self._lock_path is not None:
-                self._client.ensure_path(self._lock_path, acl=self._acl)
-            if self._consumer is not None:
-                self._client.ensure_path(self._quarantine_path, acl=self._acl)
-                if self._lock_path is None:
-                    self._client.ensure_path(self._receipt_path, acl=self._acl)
-            if self._parking is not None:
-                self._parking.open(self._client, self._acl)
+            # a failover under way is waited out (each step may run again: all are idempotent), for up to the put
+            # outcome wait; then ConnectionLostError
+            read_retrying(self._create_nodes, ClientConnection(self._client), self._config.put_outcome_wait,
+                          f"starting queue {self._queue_path}")
         except NoAuthError as exc:
             self._state = _State.STOPPED
             raise map_error(exc) from exc
@@ -326,6 +325,18 @@ class DistributedQueue(Generic[T]):
         if self._consumer is not None:
             self._consumption = self._build_consumption()
         log.debug("queue %s started", self._queue_path)
+
+    def _create_nodes(self) -> None:
+        """The queue's nodes, created where missing (and the schedule's layout recorded or adopted)."""
+        self._client.ensure_path(self._queue_path, acl=self._acl)
+        if self._lock_path is not None:
+            self._client.ensure_path(self._lock_path, acl=self._acl)
+        if self._consumer is not None:
+            self._client.ensure_path(self._quarantine_path, acl=self._acl)
+            if self._lock_path is None:
+                self._client.ensure_path(self._receipt_path, acl=self._acl)
+        if self._parking is not None:
+            self._parking.open(self._client, self._acl)
 
     def _build_consumption(self) -> Consumption:
         """This queue's push loop (with a consumer, at start()) or pull pipeline (without, at the first claim): the
