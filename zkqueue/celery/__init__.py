@@ -1,17 +1,27 @@
-"""Celery on ZooKeeper: the ``zkqueue://`` kombu transport.
+"""Celery on ZooKeeper: the ``zkqueue://`` kombu transport and the ``zkqueue://`` Celery result backend.
 
-Importing this package registers the transport with kombu::
+Importing this package registers both::
 
     import zkqueue.celery  # noqa: F401  (registers zkqueue://)
-    app = Celery("proj", broker="zkqueue://zk1:2181,zk2:2181,zk3:2181/celery")
+    app = Celery("proj", broker="zkqueue://zk1:2181,zk2:2181,zk3:2181/celery",
+                 backend="zkqueue://zk1:2181,zk2:2181,zk3:2181/celery")
 
-kombu has no entry point (plugin hook) for transports: it resolves a URL's scheme through its alias table,
-``kombu.transport.TRANSPORT_ALIASES``, so this import adds ``"zkqueue"`` to that table. Without the import,
-``transport="zkqueue.celery.transport:Transport"`` (the class's full path) works as well.
+- Transport: kombu has no entry point (plugin hook) for transports: it resolves a URL's scheme through its alias
+  table, ``kombu.transport.TRANSPORT_ALIASES``, so this import adds ``"zkqueue"`` to that table. Without the
+  import, ``transport="zkqueue.celery.transport:Transport"`` (the class's full path) works as well.
+- Result backend: Celery looks a ``result_backend`` URL's scheme up in ``celery.app.backends.BACKEND_ALIASES``,
+  read afresh on every lookup, together with the ``celery.result_backends`` entry points. The entry point would
+  work without this import, but only once the distribution is installed with it (the project's packaging
+  declares it, if at all, outside this package); the alias works wherever ``zkqueue.celery`` is imported, e.g. in
+  the module that builds the Celery app, so this import adds ``"zkqueue"`` to that table too.
+  ``backend="zkqueue.celery.backend:ZkQueueBackend"`` does not work for URLs (Celery takes the class from the
+  scheme), so the import is the way.
 
-Modules: :mod:`.url` (broker URLs), :mod:`.client` (one kazoo client per process), :mod:`.queues` (queue
-layout and engine queues), :mod:`.routing` (exchange bindings in ZooKeeper), :mod:`.qos` (acks on leases),
-:mod:`.transport` (kombu's Channel and Transport). See docs/celery.md.
+Modules: :mod:`.url` (URLs), :mod:`.client` (one kazoo client per process), :mod:`.queues` (queue layout and
+engine queues), :mod:`.routing` (exchange bindings in ZooKeeper), :mod:`.qos` (acks on leases),
+:mod:`.transport` (kombu's Channel and Transport); for results :mod:`.result_store` (result nodes, large
+values), :mod:`.waiting` (waits on watches), :mod:`.chords` (exact chord counters), :mod:`.expiry` (the
+``result_expires`` sweep), :mod:`.backend` (Celery's backend class). See docs/celery.md.
 """
 
 from __future__ import annotations
@@ -21,13 +31,20 @@ from kombu.transport import TRANSPORT_ALIASES
 #: The kombu alias of the transport (the URL scheme).
 ALIAS = "zkqueue"
 TRANSPORT_PATH = "zkqueue.celery.transport:Transport"
+BACKEND_PATH = "zkqueue.celery.backend:ZkQueueBackend"
 
 
 def register() -> None:
-    """Add ``zkqueue`` to kombu's transport aliases (done on import; idempotent)."""
+    """Add ``zkqueue`` to kombu's transport aliases and, when Celery is installed, to Celery's result backend
+    aliases (done on import; idempotent)."""
     TRANSPORT_ALIASES[ALIAS] = TRANSPORT_PATH
+    try:
+        from celery.app.backends import BACKEND_ALIASES  # noqa: PLC0415 - kombu alone needs no Celery
+    except ImportError:
+        return
+    BACKEND_ALIASES[ALIAS] = BACKEND_PATH
 
 
 register()
 
-__all__ = ["ALIAS", "TRANSPORT_PATH", "register"]
+__all__ = ["ALIAS", "BACKEND_PATH", "TRANSPORT_PATH", "register"]
