@@ -38,8 +38,8 @@ def register() -> None:
     """Add ``zkqueue`` to kombu's transport aliases and, when Celery is installed, to Celery's result backend
     aliases (done on import; idempotent)."""
     TRANSPORT_ALIASES[ALIAS] = TRANSPORT_PATH
-    try:
-        from celery.app.backends import BACKEND_ALIASES  # noqa: PLC0415 - kombu alone needs no Celery
+    try:  # a kombu user without Celery needs no result backend
+        from celery.app.backends import BACKEND_ALIASES
     except ImportError:
         return
     BACKEND_ALIASES[ALIAS] = BACKEND_PATH
