@@ -365,3 +365,18 @@ def test_a_pull_completion_refused_after_a_session_expiry_leaves_the_node_claima
         again[0].completion = Completion.ack()
         q.complete_nodes(again)
         assert zk_client.get_children(QPATH) == []
+
+
+def test_closing_a_pull_queue_gives_back_what_it_holds(zk_client) -> None:
+    """Nodes claimed and never ended are given back when their queue closes: their leases do not outlive it (on a
+    client that stays up, they would keep the nodes from every other consumer until the session ended)."""
+    fill(zk_client, ["c1", "c2", "c3"])
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        held = q.claim_nodes(2, timeout=5)
+        assert len(held) == 2 and len(lock_nodes(zk_client, LPATH)) == 2
+    assert lock_nodes(zk_client, LPATH) == []
+    again = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with again:
+        assert sorted(o.items[0] for o in again.claim_nodes(5, timeout=5)) == ["c1", "c2", "c3"]
+    assert held[0].finish() == "lost"  # ended after its queue gave it back: its lease is gone

@@ -58,7 +58,7 @@ class Puller:
         self._get_delay = get_delay
         self._kept = None if order_key is None else KeptOrder(order_key, get_delay)
         self._lock = threading.Lock()
-        self._held: set[str] = set()  # names claimed and not completed yet
+        self._held: dict[str, Outcome] = {}  # claimed and not ended yet, by name
         #: Names finished for us (gone, quarantined, or being completed) that a listing may still show, with the
         #: time they were finished: see :meth:`_forget_skips`.
         self._skip: dict[str, float] = {}
@@ -105,7 +105,7 @@ class Puller:
                     self._skip_names(n for n in handled if n not in taken)
                     outcomes = self._read_large(outcomes)
                     if outcomes:
-                        self._held.update(o.name for o in outcomes)
+                        self._held.update((o.name, o) for o in outcomes)
                         return outcomes
                 if self._cache.stale and not relisted:
                     self._cache.request_sync()  # nothing claimable in this listing: look at a fresh one
@@ -180,7 +180,7 @@ class Puller:
             self._taker.completer.complete(outcomes)
         finally:
             self._skip_names(o.name for o in outcomes if o.completion is None or o.completion.action != "release")
-            self._held.difference_update(o.name for o in outcomes)
+            self._ended(outcomes)
 
     def forget(self, outcomes: list[Outcome]) -> None:
         """Drop claimed nodes that the caller finished in its own multi (see :meth:`Completer.forget`)."""
@@ -188,7 +188,7 @@ class Puller:
             self._taker.completer.forget([o.held for o in outcomes if o.held is not None])
         finally:
             self._skip_names(o.name for o in outcomes)
-            self._held.difference_update(o.name for o in outcomes)
+            self._ended(outcomes)
 
     def _skip_names(self, names: Iterable[str]) -> None:
         """Names whose nodes are gone (or going: a completion the completer retries stays ours) are not claimed
@@ -236,4 +236,18 @@ class Puller:
         try:
             self._taker.completer.release([o.held for o in outcomes if o.held is not None])
         finally:
-            self._held.difference_update(o.name for o in outcomes)
+            self._ended(outcomes)
+
+    def _ended(self, outcomes: Iterable[Outcome]) -> None:
+        for o in outcomes:
+            self._held.pop(o.name, None)
+
+    def close(self) -> None:
+        """Give back the nodes still claimed and not ended: their leases would otherwise outlive the queue (until
+        the client's session ends), keeping those nodes from every other consumer. Ending one of them afterwards
+        finds its lease gone (``settled == "lost"``)."""
+        left = list(dict(self._held).values())  # (a copy: other threads may end nodes meanwhile)
+        if left:
+            log.warning("queue %s closed with %d claimed node(s) not ended; they are given back",
+                        self._ctx.queue_path, len(left))
+            self.release(left)

@@ -390,6 +390,8 @@ class DistributedQueue(Generic[T]):
             self._mover.stop()
         if self._blob_reaper is not None:
             self._blob_reaper.stop()
+        if consumption is not None and consumption.puller is not None:
+            consumption.puller.close()
         if consumption is not None and consumption.lease_taker is not None:
             consumption.lease_taker.close()
         self._ctx.connection.stop()
