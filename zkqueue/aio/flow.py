@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 from typing import Any, Callable, Sequence
 
 from kazoo.client import KazooClient
@@ -133,11 +134,14 @@ class AsyncFlow(Opened):
 
 
     # ------------------------------------------------------------------------------------------ adding
-    async def add(self, params: Any, job_id: str | None = None, *, step: str | None = None) -> str | None:
+    async def add(self, params: Any, job_id: str | None = None, *, step: str | None = None,
+                  headers: dict[str, Any] | None = None, delay: float | None = None, run_at: datetime | None = None,
+                  priority: int = 0) -> str | None:
         """:meth:`Flow.add <zkqueue.flows.Flow.add>` in the thread pool: the id, or None while a flow job with
         that id is running."""
         self._check_open()
-        return await self.offloader.run(self.sync.add, params, job_id, step=step)
+        return await self.offloader.run(self.sync.add, params, job_id, step=step, headers=headers, delay=delay,
+                                        run_at=run_at, priority=priority)
 
     # ------------------------------------------------------------------------------------------ working
     def work(self, concurrency: int = 1, steps: Sequence[str] | None = None, *, timeout: float | None = None,

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 import uuid
+from datetime import datetime
 from typing import Any, Callable, Sequence
 
 from kazoo.client import KazooClient
@@ -29,6 +30,7 @@ from zkqueue.flows.model import FlowJob, FlowRecord, FlowState
 from zkqueue.flows.worker import FlowWorker
 from zkqueue.formats import naming
 from zkqueue.jobs import JobQueue, Keep, RetryPolicy, hooks, names
+from zkqueue.jobs import store as job_store
 from zkqueue.jobs.model import check_headers, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 
@@ -189,7 +191,8 @@ class Flow:
 
     # ------------------------------------------------------------------------------------------ adding
     def add(self, params: Any, job_id: str | None = None, *, step: str | None = None,
-            headers: dict[str, Any] | None = None) -> str | None:
+            headers: dict[str, Any] | None = None, delay: float | None = None, run_at: datetime | None = None,
+            priority: int = 0) -> str | None:
         """Start a flow job at ``step`` (default: the first step defined) with ``params`` (JSON); return its id, or
         None while a flow job with that id is running (it is left as it is). A finished id runs again. Each add
         stores its own token in the flow record: after a lost reply, it reads the record again (synced) and
@@ -197,21 +200,28 @@ class Flow:
 
         ``headers``: metadata of the flow job's step jobs (their ``Job.headers``, carried from step to step by the
         hand-offs): a dict of JSON, at most 4 KiB (``zkqueue.otel`` puts the trace context there, so a flow job's
-        steps are one trace)."""
+        steps are one trace).
+
+        ``delay`` (seconds) or ``run_at`` (a timezone-aware datetime), and ``priority`` (lower first among due jobs),
+        as :meth:`JobQueue.add <zkqueue.jobs.JobQueue.add>` takes them: they apply to the flow job's first step
+        (a step job due far ahead is parked as a job is); the steps after it are queued as their hand-offs come."""
         self._check_writable()
         job_id = uuid.uuid4().hex if job_id is None else job_id
         names.node_id(job_id)  # checks the id
+        due = job_store.due_at(delay, run_at)
+        naming.encode_priority(priority)  # checks the priority
         if not self.definition.steps:
             raise ConfigurationError("the flow has no steps")
         first = self.definition.step(step) if step is not None else next(iter(self.definition.steps.values()))
         step_paths = self.queue(first.name).paths
         if hooks.installed is not None:  # a job hook (zkqueue.otel): the headers to store, around the add
-            return hooks.installed.adding(step_paths.root, [job_id], headers,  # type: ignore[no-any-return]
-                                          lambda stored: self._add(params, job_id, first, step_paths, stored))
-        return self._add(params, job_id, first, step_paths, headers)
+            return hooks.installed.adding(  # type: ignore[no-any-return]
+                step_paths.root, [job_id], headers,
+                lambda stored: self._add(params, job_id, first, step_paths, stored, due, priority))
+        return self._add(params, job_id, first, step_paths, headers, due, priority)
 
     def _add(self, params: Any, job_id: str, first: Step, step_paths: Any,
-             headers: dict[str, Any] | None) -> str | None:
+             headers: dict[str, Any] | None, due: int = 0, priority: int = 0) -> str | None:
         headers = check_headers(headers)
         created = model.now_ms()
         token = uuid.uuid4().hex
@@ -234,8 +244,10 @@ class Flow:
                 rec = FlowRecord(job_id, FlowState.RUNNING, params, run, steps={first.name: model.QUEUED},
                                  created_ms=created, updated_ms=created, add_token=token)
                 ops = [store.write_op(self.paths, rec, read[1] if read is not None else None, self._acl)]
+                step_queue = self.queue(first.name)
                 ops += store.queue_ops(self.client, [step_paths], job_id, run, self._acl, stale=attempt > 0,
-                                       headers=headers)
+                                       headers=headers, priority=priority, due_ms=due,
+                                       place=lambda record: step_queue.new_item_prefix(record, fresh=attempt > 0))
                 result = commit(self.client, ops)
             except CONNECTION_ERRORS as exc:
                 log.warning("adding flow job %s lost its connection (%r); checking", job_id, exc)

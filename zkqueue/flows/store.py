@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kazoo.exceptions import NoNodeError
 
@@ -85,11 +85,14 @@ def write_op(paths: Paths, rec: FlowRecord, version: int | None, acl: Any) -> An
 
 
 def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: int, acl: Any, *,
-              stale: bool = True, headers: dict[str, Any] | None = None) -> list[Any]:
+              stale: bool = True, headers: dict[str, Any] | None = None, priority: int = 0, due_ms: int = 0,
+              place: Callable[[Record], str] | None = None) -> list[Any]:
     """Ops that queue a step job for ``job_id``'s run ``run`` in each of ``step_paths``; with ``stale``, a job
     record left there by an earlier run is looked for and deleted first (version-checked). ``headers``: the step
     jobs' headers (``Job.headers``: what :meth:`Flow.add <zkqueue.flows.Flow.add>` was given, then the finishing
-    step's, carried by each hand-off; OpenTelemetry's trace context travels there)."""
+    step's, carried by each hand-off; OpenTelemetry's trace context travels there). ``priority`` and ``due_ms``
+    (epoch ms, 0: at once) as a job add's; ``place(record)`` is where its item goes (the step queue's
+    :meth:`~zkqueue.jobs.JobQueue.new_item_prefix`: a time bucket when it is due far ahead)."""
     paths = [p.record(job_id) for p in step_paths]
     found: list[Any] = api.multi_read(client, paths) if paths and stale else [NoNodeError()] * len(paths)
     ops: list[Any] = []
@@ -97,8 +100,9 @@ def queue_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, run: 
     for sp, path, res in zip(step_paths, paths, found):
         if not isinstance(res, BaseException):
             ops.append(delete_op(path, res[1].version))
-        record = Record(id=job_id, state=JobState.QUEUED, params=params, headers=headers)
-        ops.extend(job_store.add_ops(sp, record, [], acl))
+        record = Record(id=job_id, state=JobState.QUEUED, params=params, headers=headers, priority=priority,
+                        due_ms=due_ms)
+        ops.extend(job_store.add_ops(sp, record, [], acl, place(record) if place is not None else None))
     return ops
 
 

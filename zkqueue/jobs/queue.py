@@ -232,6 +232,16 @@ class JobQueue:
                              task=task, max_attempts=max_attempts, headers=headers)
         return None if rejected else job_id
 
+    def new_item_prefix(self, record: Record, *, fresh: bool = False) -> str:
+        """Where the queue item of ``record``, a job's first run, goes when a layer above adds it with ops of its
+        own (a flow's first step): the sequential prefix in the queue node, or, due more than ``park_after``
+        seconds ahead, in the time bucket that parks it (the bucket's nodes are sent first on this client, so a
+        multi sent after this call sees them; ``fresh`` sends them again after a multi found them gone)."""
+        self._check_started()
+        if record.due_ms <= 0:
+            return self.paths.item_prefix(record, names.NEW)
+        return self._engine.place_due(store.item_name(record, names.NEW), record.due_ms, fresh=fresh)
+
     def add_all(self, jobs: Iterable[tuple[str, Any]], *, delay: float | None = None,
                 run_at: datetime | None = None, priority: int = 0, timeout: float | None = None,
                 task: str | None = None, max_attempts: int | None = None,
