@@ -173,12 +173,15 @@ def test_a_request_left_by_a_job_that_ended_first_does_not_cancel_its_next_run(z
 def test_the_reaper_deletes_requests_left_by_jobs_that_ended_first(zk_client) -> None:
     with job_queue(zk_client) as jq:
         jq.add_all([("j1", 1), ("j2", 2)])
-        with jq.take(max_jobs=2, timeout=5) as jobs:
-            assert jq.cancel("j1") is True and jq.cancel("j2") is True  # the scope does not look at requests
-            jobs[0].complete(None)
-            # j2 still held: its request must stay
+        helds = jq.claim_many(2, timeout=5)  # the claim seam (flows' own ends) does not look at requests
+        assert sorted(h.record.id for h in helds) == ["j1", "j2"]
+        assert jq.cancel("j1") is True and jq.cancel("j2") is True
+        helds[0].finish(jq.outcomes.success(helds[0].claimed, None))
         assert sorted(zk_client.get_children(f"{PATH}/cancels")) == ["j1", "j2"]
-        assert jq.reap() == 2  # both jobs ended: their requests are stale
+        assert jq.reap() == 1  # j1 ended: its request is stale; j2 is still held, its request stays
+        assert zk_client.get_children(f"{PATH}/cancels") == ["j2"]
+        helds[1].finish(jq.outcomes.success(helds[1].claimed, None))
+        assert jq.reap() == 1
         assert zk_client.get_children(f"{PATH}/cancels") == []
 
 
@@ -411,3 +414,23 @@ def test_headers_travel_with_the_job_through_retries(zk_client) -> None:
         for bad in ({1: "x"}, ["x"], {"x": "y" * 5000}, {"x": object()}):
             with pytest.raises(ConfigurationError):
                 jq.add("z", headers=bad)
+
+
+def test_a_job_cancelled_while_a_take_scope_holds_it_ends_cancelled(zk_client) -> None:
+    """A take scope's job sees ``cancel_requested`` once JobQueue.cancel asks, and the scope ends it CANCELLED
+    (its request deleted with the end), whatever was decided for it; the other job of the scope completes."""
+    import pickle
+
+    with job_queue(zk_client) as jq:
+        jq.add_all([("keep", 1), ("drop", 2)])
+        with jq.take(max_jobs=2, timeout=5) as jobs:
+            held = {job.id: job for job in jobs}
+            assert set(held) == {"keep", "drop"} and not held["drop"].cancel_requested
+            assert jq.cancel("drop") is True
+            wait_for(lambda: held["drop"].cancel_requested, timeout=10)
+            assert not held["keep"].cancel_requested
+            held["drop"].complete("done anyway")
+            assert pickle.loads(pickle.dumps(held["drop"])).cancel_requested is False  # a copy does not watch
+        assert jq.get("drop").state is JobState.CANCELLED and jq.get("drop").attempts == 1
+        assert jq.get("keep").state is JobState.COMPLETED
+        assert zk_client.get_children(jq.paths.cancels) == []

@@ -325,9 +325,9 @@ class JobQueue:
     def take(self, max_jobs: int = 1, timeout: float | None = None) -> TakeScope:
         """A scope holding up to ``max_jobs`` jobs (blocks until at least one, or [] after ``timeout``): a clean
         exit completes them all, an exception fails them all; ``job.complete(result)`` / ``job.fail(exc)``
-        decide one job."""
+        decide one job. A job whose cancel is requested while held (``job.cancel_requested``) ends CANCELLED."""
         self._check_started()
-        return TakeScope(self._engine, self._claims, self._outcomes, max_jobs, timeout)
+        return TakeScope(self._engine, self._claims, self._outcomes, max_jobs, timeout, self.cancel_requested)
 
     def claim(self, timeout: float | None = None) -> HeldJob | None:
         """Claim one due job and hold it (blocks up to ``timeout`` seconds; None if none was due): a seam for the

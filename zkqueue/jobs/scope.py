@@ -7,6 +7,7 @@ inside the scope decides for that one job.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -37,6 +38,19 @@ class ClaimedJob(Job):
 
     _decision: Any = field(default=_UNDECIDED, repr=False)
     _error: BaseException | None = field(default=None, repr=False)
+    #: Whether a cancel of this job is requested now (the queue's watch of the requests; None: never).
+    _asked: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once :meth:`JobQueue.cancel <zkqueue.jobs.JobQueue.cancel>` asked for this held job to stop: end
+        the work on it soon; the scope then ends it CANCELLED, whatever was decided for it."""
+        return self._asked is not None and self._asked()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_asked"] = None  # a copy does not watch the queue
+        return state
 
     def complete(self, result: Any = None) -> None:
         """Complete this job with ``result`` when the scope ends."""
@@ -76,8 +90,10 @@ class TakeScope:
     """The context manager :meth:`JobQueue.take` returns."""
 
     def __init__(self, engine: DistributedQueue[Any], claims: JobClaims, outcomes: JobOutcomes, max_jobs: int,
-                 timeout: float | None) -> None:
+                 timeout: float | None, cancel_requested: Callable[..., bool] | None = None) -> None:
         self._engine = engine
+        #: ``cancel_requested(job_id, confirm=False)``: the queue's view of the cancel requests (None: no cancels)
+        self._cancel_requested = cancel_requested
         self._claims = claims
         self._outcomes = outcomes
         self._max_jobs = max_jobs
@@ -107,7 +123,10 @@ class TakeScope:
                     o.completion = self._outcomes.failure(claimed, exc)
                     unreadable.append((o, claimed))
                     continue
-                self._held.append((o, claimed, ClaimedJob.of(job)))
+                held_job = ClaimedJob.of(job)
+                if self._cancel_requested is not None:
+                    held_job._asked = functools.partial(self._cancel_requested, job.id)
+                self._held.append((o, claimed, held_job))
             if unreadable:
                 self._engine.complete_nodes([o for o, _c in unreadable])
         except BaseException:  # the scope is not entered, so its exit never runs: give back what it holds
@@ -136,6 +155,8 @@ class TakeScope:
         for o, claimed, job in self._held:
             if interrupted and not job.decided:
                 o.completion = self._outcomes.unstarted(claimed)  # given back, its attempt uncounted
+            elif self._cancel_requested is not None and self._cancel_requested(job.id, confirm=True):
+                o.completion = self._outcomes.cancelled(claimed)  # asked to stop while held: whatever was decided
             else:
                 o.completion = scope_completion(job, claimed, self._outcomes, exc)
         outcomes = [o for o, _c, _j in self._held]
