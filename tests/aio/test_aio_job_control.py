@@ -71,3 +71,20 @@ async def test_pause_resume_and_cancel_a_running_job(zk_client) -> None:
         await worker.stop()
     with pytest.raises(QueueClosedError):
         await jq.pause()
+
+
+@pytest.mark.asyncio
+async def test_a_job_cancelled_while_an_async_take_scope_holds_it_ends_cancelled(zk_client) -> None:
+    async with AsyncJobQueue(zk_client, PATH, retry=FAST) as jq:
+        await jq.add_all([("keep", 1), ("drop", 2)])
+        async with jq.take(max_jobs=2, timeout=5) as jobs:
+            held = {job.id: job for job in jobs}
+            assert set(held) == {"keep", "drop"} and not held["drop"].cancel_requested
+            assert await jq.cancel("drop") is True
+            for _ in range(200):
+                if held["drop"].cancel_requested:
+                    break
+                await asyncio.sleep(0.05)
+            assert held["drop"].cancel_requested and not held["keep"].cancel_requested
+        assert (await jq.get("drop")).state is JobState.CANCELLED
+        assert (await jq.get("keep")).state is JobState.COMPLETED

@@ -19,6 +19,7 @@ queues on one path work together. How each call reaches ZooKeeper without blocki
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from datetime import datetime
@@ -187,7 +188,9 @@ class AsyncTakeScope:
             except UndecodableParamsError as exc:  # it cannot run: dead now, not handed to the caller
                 unreadable.append((held, outcomes.failure(Claimed(held.record, held.version), exc)))
                 continue
-            self._held.append((held, ClaimedJob.of(job)))
+            held_job = ClaimedJob.of(job)
+            held_job._asked = functools.partial(self._jq.sync.cancel_requested, job.id)  # the watch's view: no I/O
+            self._held.append((held, held_job))
         if unreadable:
             await asyncio.shield(asyncio.ensure_future(end_held(self._jq, unreadable, [])))
         return [job for _h, job in self._held]
@@ -203,6 +206,9 @@ class AsyncTakeScope:
             if not job.decided and exc is not None and not isinstance(exc, Exception):
                 # cancelled (or interrupted): not this job's failure; given back, its attempt uncounted
                 ends.append((h, outcomes.unstarted(claimed)))
+            elif job.cancel_requested and await self._jq.offloader.run(self._jq.sync.cancel_requested, job.id,
+                                                                         confirm=True):
+                ends.append((h, outcomes.cancelled(claimed)))  # asked to stop while held: whatever was decided
             else:
                 ends.append((h, scope_completion(job, claimed, outcomes, exc)))
         work = asyncio.ensure_future(end_held(self._jq, ends, []))
