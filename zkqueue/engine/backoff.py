@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from tenacity import RetryCallState, wait_exponential, wait_random
+from tenacity import RetryCallState, wait_exponential, wait_random, wait_random_exponential
 
 #: The pause after the first error, and the most a pause grows to, by default (seconds).
 INITIAL = 0.1
@@ -17,14 +17,20 @@ MAXIMUM = 5.0
 
 class Backoff:
     """Pauses of ``initial`` seconds doubling per error in a row up to ``maximum``, plus up to ``jitter`` seconds
-    drawn at random (so processes that failed together do not retry together). Thread-safe."""
+    drawn at random (so processes that failed together do not retry together); with ``full_jitter``, a pause drawn
+    at random between 0 and that bound instead (for contenders that lost a race to each other: they spread out
+    most). Thread-safe."""
 
-    def __init__(self, initial: float = INITIAL, maximum: float = MAXIMUM, jitter: float = 0.0) -> None:
+    def __init__(self, initial: float = INITIAL, maximum: float = MAXIMUM, jitter: float = 0.0, *,
+                 full_jitter: bool = False) -> None:
         if not 0 < initial <= maximum:
             raise ValueError(f"a backoff needs 0 < initial <= maximum, got {initial!r}, {maximum!r}")
         self.initial = initial
         self.maximum = maximum
-        self._wait = wait_exponential(multiplier=initial, max=maximum, exp_base=2)
+        if full_jitter:
+            self._wait = wait_random_exponential(multiplier=initial, max=maximum, exp_base=2)
+        else:
+            self._wait = wait_exponential(multiplier=initial, max=maximum, exp_base=2)
         if jitter > 0:
             self._wait = self._wait + wait_random(0, jitter)
         self._failures = 0

@@ -14,7 +14,6 @@ hand-off's history entry carries its token.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import uuid
@@ -22,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from zkqueue.engine import api
-from zkqueue.engine.api import CONNECTION_ERRORS, Completion, delete_op, wait_connected
+from zkqueue.engine.api import CONNECTION_ERRORS, Backoff, Completion, delete_op, wait_connected
 from zkqueue.errors import CorruptItemError, QueueStateError
 from zkqueue.flows import definition, model, store
 from zkqueue.flows.definition import Definition, Ending
@@ -35,6 +34,9 @@ log = logging.getLogger("zkqueue.flows.handoff")
 MAX_TRIES = 60
 #: How long a hand-off waits for a lost connection to come back.
 RECONNECT_WAIT = 30.0
+#: The pause after a hand-off lost a race to a sibling's (drawn between 0 and 2 ms, doubling per race, at most
+#: 0.2 s): racing siblings spread out.
+RACE_BACKOFF = Backoff(0.002, 0.2, full_jitter=True)
 
 UNREAD = object()  # end(): the caller has not read the flow record
 OK = "ok"  # committed
@@ -196,7 +198,7 @@ class Handoff:
             stale = True
             self.races += 1
             log.debug("hand-off of %s/%s raced (%r at op %s); again", ref.step, ref.job_id, result.failure, failed)
-            time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
+            time.sleep(RACE_BACKOFF.delay(attempt + 1))
         raise QueueStateError(f"hand-off of step {ref.step} of flow job {ref.job_id} kept racing; given back")
 
     # ------------------------------------------------------------------------------------------ claim seam
