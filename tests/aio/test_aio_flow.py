@@ -383,3 +383,19 @@ async def test_work_refuses_thread_handlers_and_sync_workers_refuse_coroutines(z
         with sync.work():
             job = await asyncio.to_thread(sync.wait, "x", 20)
     assert job.state is FlowState.FAILED and "AsyncFlow.work" in job.errors[0].error
+
+
+@pytest.mark.asyncio
+async def test_add_with_a_delay_and_cancel(zk_client) -> None:
+    """AsyncFlow.add passes delay/priority/headers on; AsyncFlow.cancel ends a waiting flow job CANCELLED."""
+
+    async def first(job):
+        return "ran"
+
+    aflow = AsyncFlow(zk_client, PATH, retry=FAST)
+    aflow.step("first", first)
+    async with aflow:
+        assert await aflow.add({}, job_id="later", delay=60, priority=2, headers={"k": "v"}) == "later"
+        assert await aflow.cancel("later") is True and await aflow.cancel("later") is False
+        job = await aflow.get("later")
+        assert job.state is FlowState.CANCELLED

@@ -143,6 +143,12 @@ class AsyncFlow(Opened):
         return await self.offloader.run(self.sync.add, params, job_id, step=step, headers=headers, delay=delay,
                                         run_at=run_at, priority=priority)
 
+    async def cancel(self, job_id: str) -> bool:
+        """:meth:`Flow.cancel <zkqueue.flows.Flow.cancel>` in the thread pool: True if the flow job was running
+        (now CANCELLED), False for an unknown or finished id."""
+        self._check_open()
+        return await self.offloader.run(self.sync.cancel, job_id)
+
     # ------------------------------------------------------------------------------------------ working
     def work(self, concurrency: int = 1, steps: Sequence[str] | None = None, *, timeout: float | None = None,
              slow_after: float | None = 0.1) -> AsyncFlowWorker:

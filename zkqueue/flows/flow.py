@@ -264,6 +264,38 @@ class Flow:
             raise QueueStateError(f"adding flow job {job_id!r} to {self.paths.root} failed: {result.failure!r}")
         raise QueueStateError(f"adding flow job {job_id!r} to {self.paths.root} kept racing")
 
+    # ------------------------------------------------------------------------------------------ cancelling
+    def cancel(self, job_id: str) -> bool:
+        """Cancel the running flow job ``job_id``: it ends ``CANCELLED`` at once, in one multi (version-checked)
+        with the removal of its step jobs that wait in their queues. A step running now finishes (its result is
+        recorded) but starts nothing after it; a step job claimed or parked meanwhile is dropped unrun when it comes
+        up. True if it was running; False for an unknown or finished id. A lost connection is waited out. Works on
+        a flow opened with :meth:`open_existing` too (it changes nodes that exist, creates none)."""
+        self._check_started()
+        names.node_id(job_id)  # checks the id
+        what = f"cancelling flow job {job_id} of {self.paths.root}"
+        for _attempt in range(20):
+            read = self._look(lambda: store.read(self.client, self.paths, job_id), what)
+            if read is None or read[0].state.finished:
+                return False
+            rec, version = read
+            steps = {name: model.CANCELLED if status == model.QUEUED else status for name, status in rec.steps.items()}
+            ops = [store.write_op(self.paths, rec.changed(state=FlowState.CANCELLED, steps=steps), version, self._acl)]
+            waiting = [self.queue(name).paths for name, status in rec.steps.items() if status == model.QUEUED]
+            try:
+                ops += store.cancel_ops(self.client, waiting, job_id, self._acl)
+                result = commit(self.client, ops)
+            except CONNECTION_ERRORS as exc:  # committed or not: the next read says (cancelled is cancelled)
+                log.warning("%s lost its connection (%r); checking", what, exc)
+                wait_connected(self.client, RECONNECT_WAIT)
+                continue
+            if result.ok:
+                log.info("flow job %s of %s cancelled (%d waiting step job(s) removed)", job_id, self.paths.root,
+                         len(waiting))
+                return True
+            # a hand-off changed the record first, or a waiting step job was claimed meanwhile: look again
+        raise QueueStateError(f"{what} kept racing")
+
     # ------------------------------------------------------------------------------------------ working
     def work(self, concurrency: int = 1, steps: Sequence[str] | None = None, *, timeout: float | None = None,
              prefetch: int | None = None) -> FlowWorker:
@@ -366,7 +398,7 @@ class Flow:
         return FlowJob.of(read[0]) if read is not None else None
 
     def wait(self, job_id: str, timeout: float | None = None) -> FlowJob:
-        """The flow job ``job_id`` once it finished (COMPLETED or FAILED), on a watch of its record. Raises
+        """The flow job ``job_id`` once it finished (COMPLETED, FAILED or CANCELLED), on a watch of its record. Raises
         :class:`~zkqueue.errors.WaitTimeoutError` (a ``TimeoutError``) after ``timeout`` seconds,
         :class:`~zkqueue.errors.QueueStateError` for an unknown id."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -417,12 +449,13 @@ class Flow:
         return [FlowJob.of(r) for r in recs]
 
     def counts(self) -> dict[str, Any]:
-        """Flow jobs by state (running, completed, failed; every record is read; ``unreadable`` ones) and, per step,
-        its job queue's counts (queued, active, retrying). A lost connection is waited out (see :meth:`get`)."""
+        """Flow jobs by state (running, completed, failed, cancelled; every record is read; ``unreadable`` ones) and,
+        per step, its job queue's counts (queued, active, retrying). A lost connection is waited out (see
+        :meth:`get`)."""
         return self._look(self._counts, f"counting the flow jobs of {self.paths.root}")  # type: ignore[no-any-return]
 
     def _counts(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"running": 0, "completed": 0, "failed": 0}
+        out: dict[str, Any] = {"running": 0, "completed": 0, "failed": 0, "cancelled": 0}
         for job in self._jobs():
             out[job.state.value.lower()] += 1
         out["unreadable"] = self.unreadable

@@ -27,13 +27,14 @@ MAX_HISTORY = 200
 QUEUED = "queued"  # queued, running or waiting for a retry
 DONE = "done"
 FAILED = "failed"  # dead (out of attempts or a non-retryable error)
-CANCELLED = "cancelled"  # dropped because the flow job failed
+CANCELLED = "cancelled"  # dropped because the flow job failed or was cancelled
 
 
 class FlowState(enum.Enum):
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"  # by Flow.cancel: nothing more of it starts
 
     @property
     def finished(self) -> bool:

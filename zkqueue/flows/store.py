@@ -131,7 +131,7 @@ def cancel_ops(client: Any, step_paths: list[job_store.Paths], job_id: str, acl:
 
 
 def reap(client: Any, paths: Paths, keep: Keep) -> int:
-    """Delete the finished (COMPLETED or FAILED) flow records beyond ``keep`` (the oldest first, by their last
+    """Delete the finished (COMPLETED, FAILED or CANCELLED) flow records beyond ``keep`` (the oldest first, by their last
     update; version-checked, so a record added again meanwhile stays); running ones are never touched. Lists and
     reads the records only when their number is over ``keep.count`` or an age bound is set. Returns how many."""
     stat = client.exists(paths.flows)

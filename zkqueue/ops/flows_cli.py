@@ -67,7 +67,7 @@ def register(main: click.Group, connect_option: Any) -> None:
 
     @main.group()
     def flows() -> None:
-        """Flows: look at flow jobs and counts."""
+        """Flows: look at flow jobs and counts, cancel flow jobs."""
 
     @flows.command("get")
     @connect_option
@@ -81,14 +81,32 @@ def register(main: click.Group, connect_option: Any) -> None:
             raise click.ClickException(f"no flow job {job_id!r} in {path}")
         click.echo(json.dumps(_flow_dict(job), indent=2, default=str))
 
+    @flows.command("cancel")
+    @connect_option
+    @click.argument("path")
+    @click.argument("job_ids", nargs=-1, required=True)
+    @click.pass_context
+    def cancel(ctx: click.Context, connect: str, auth: str | None, acl: str | None, path: str,
+               job_ids: tuple[str, ...]) -> None:
+        """Cancel the running flow jobs JOB_IDS of the flow at PATH; print one line per id: "cancelled" (now
+        CANCELLED: its waiting step jobs are removed, nothing more of it starts; a step running now finishes) or
+        "not found or finished". Exit 0 if at least one was cancelled, 1 if none."""
+        with _flow(connect, auth, acl, path) as flow:
+            done = [(job_id, flow.cancel(job_id)) for job_id in job_ids]
+        for job_id, cancelled in done:
+            click.echo(f"{job_id}\t{'cancelled' if cancelled else 'not found or finished'}")
+        if not any(cancelled for _id, cancelled in done):
+            ctx.exit(1)
+
     @flows.command("counts")
     @connect_option
     @click.argument("path")
     def counts(connect: str, auth: str | None, acl: str | None, path: str) -> None:
-        """Flow jobs by state (running, completed, failed), and each step's queued, active and retrying jobs."""
+        """Flow jobs by state (running, completed, failed, cancelled), and each step's queued, active and retrying
+        jobs."""
         with _flow(connect, auth, acl, path) as flow:
             result = flow.counts()
-        for key in ("running", "completed", "failed", "unreadable"):
+        for key in ("running", "completed", "failed", "cancelled", "unreadable"):
             if key != "unreadable" or result[key]:
                 click.echo(f"{key:10} {result[key]}")
         for step, by_state in result["steps"].items():
