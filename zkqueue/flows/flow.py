@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -274,8 +275,11 @@ class Flow:
         self._check_started()
         names.node_id(job_id)  # checks the id
         what = f"cancelling flow job {job_id} of {self.paths.root}"
+        lost = False  # a multi of ours may have committed without our hearing of it
         for _attempt in range(20):
-            read = self._look(lambda: store.read(self.client, self.paths, job_id), what)
+            read = self._look(functools.partial(self._read_synced, job_id, lost), what)
+            if read is not None and lost and read[0].state is FlowState.CANCELLED:
+                return True  # cancelled (by the multi whose reply was lost, or by another cancel meanwhile)
             if read is None or read[0].state.finished:
                 return False
             rec, version = read
@@ -285,8 +289,9 @@ class Flow:
             try:
                 ops += store.cancel_ops(self.client, waiting, job_id, self._acl)
                 result = commit(self.client, ops)
-            except CONNECTION_ERRORS as exc:  # committed or not: the next read says (cancelled is cancelled)
+            except CONNECTION_ERRORS as exc:  # committed or not: the next read says
                 log.warning("%s lost its connection (%r); checking", what, exc)
+                lost = True
                 wait_connected(self.client, RECONNECT_WAIT)
                 continue
             if result.ok:
@@ -295,6 +300,12 @@ class Flow:
                 return True
             # a hand-off changed the record first, or a waiting step job was claimed meanwhile: look again
         raise QueueStateError(f"{what} kept racing")
+
+    def _read_synced(self, job_id: str, synced: bool) -> tuple[FlowRecord, int] | None:
+        """The flow record of ``job_id``; with ``synced``, after a sync (it sees every write committed before)."""
+        if synced:
+            self.client.sync(self.paths.flow(job_id))
+        return store.read(self.client, self.paths, job_id)
 
     # ------------------------------------------------------------------------------------------ working
     def work(self, concurrency: int = 1, steps: Sequence[str] | None = None, *, timeout: float | None = None,
