@@ -147,3 +147,26 @@ def test_pause_cancel_and_resume_in_a_browser(zk_hosts: str, zk_client, tmp_path
     assert look.get("q-1").state is JobState.CANCELLED and look.get("q-2").state is JobState.QUEUED
     assert not job_paused(zk_client, PATH)
     assert (tmp_path / "paused.png").stat().st_size > 1000
+
+
+def test_a_flow_page_cancels_a_running_flow_job(zk_client) -> None:
+    from zkqueue.flows import Flow, FlowState
+    from zkqueue.ops.dashboard.app import create_app
+
+    app = create_app(zk_client, root="/queues", allow_actions=True, auth_user="ops")
+    web = app.test_client()
+    token = app.config["ZKQ_TOKEN"]
+    path = "/queues/signup"
+    flow = Flow(zk_client, path)
+    flow.step("first", lambda job: None)
+    with flow:  # no worker: the flow job waits in its first step
+        flow.add({}, job_id="f-1")
+        page = web.get(f"/queue?path={path}").get_data(as_text=True)
+        assert 'id="flow-cancel"' in page and 'data-state="flow-cancelled">0<' in page
+        done = web.post("/action/cancel", data={"path": path, "token": token, "job_id": "f-1"},
+                        follow_redirects=True).get_data(as_text=True)
+        assert "job f-1: cancelled" in done and 'data-state="flow-cancelled">1<' in done
+        assert flow.get("f-1").state is FlowState.CANCELLED
+        again = web.post("/action/cancel", data={"path": path, "token": token, "job_id": "f-1"},
+                         follow_redirects=True).get_data(as_text=True)
+        assert "job f-1: not found or finished" in again

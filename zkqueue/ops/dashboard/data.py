@@ -156,8 +156,17 @@ class DashboardData:
 
     def cancel(self, path: str, job_id: str) -> str:
         """Cancel job ``job_id``: "cancelled" (it was waiting), "cancel requested (running)" or "not found or
-        finished"."""
+        finished". On a flow: its running flow job ends CANCELLED ("cancelled") or "not found or finished"."""
         from zkqueue.jobs import JobState  # noqa: PLC0415
+
+        if self.under_root(path) and self.kind(path) == "flow":
+            from zkqueue.flows import Flow  # noqa: PLC0415
+
+            flow = Flow.open_existing(self.client, path)
+            try:
+                return "cancelled" if flow.cancel(job_id) else "not found or finished"
+            finally:
+                flow.close()
 
         with self._existing_job_queue(path) as jq:
             if not jq.cancel(job_id):

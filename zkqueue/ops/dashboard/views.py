@@ -180,7 +180,7 @@ def cancel() -> Any:
     if not job_id:
         _action_allowed()
         abort(400, "a job_id is required")
-    return _act("cancel", lambda path: f"job {job_id}: {_data().cancel(path, job_id)}", "{n}")
+    return _act("cancel", lambda path: f"job {job_id}: {_data().cancel(path, job_id)}", "{n}", kinds=("jobs", "flow"))
 
 
 @views.route("/action/redrive", methods=["POST"])
