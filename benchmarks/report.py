@@ -282,6 +282,61 @@ def jobs_live_notes(report: dict[str, Any]) -> list[str]:
     return [f"jobs_live {', '.join(keys)}: n/a ({reason})" for reason, keys in by_reason.items()]
 
 
+CELERY_BROKERS = ("zkqueue", "redis", "kombu_zookeeper")
+
+
+def celery_brokers_tables(report: dict[str, Any]) -> list[Table]:
+    """The celery_brokers rows (issue 31): end-to-end tasks/s of Celery per broker with the ratios, then the SIGKILL
+    scenario's counts (lost, run twice, killed in-flight tasks run again and when) per broker."""
+    sec = report.get("celery_brokers") or {}
+    if sec.get("status") != "ok":
+        return []
+    st, labels, versions = sec["settings"], sec.get("labels", {}), sec.get("versions", {})
+    t = Table(title=f"celery_brokers: Celery {versions.get('celery', '?')}, one prefork worker process "
+                    f"(--concurrency {st['concurrency']}) running first, then one producer sends {st['count']:,} "
+                    f"tasks with delay(); from the first send until the last result is stored (tasks/s, median of "
+                    f"{st['repeats']})")
+    for col in ("broker", "tasks/s", "zkqueue / this", "target", "pass"):
+        t.add_column(col, justify="left" if col == "broker" else "right")
+    for b in CELERY_BROKERS:
+        if b not in sec.get("runs", {}):
+            continue
+        key = {"redis": "zkqueue_redis", "kombu_zookeeper": "zkqueue_kombu_zookeeper"}.get(b)
+        ratio = sec.get("ratios", {}).get(key) if key else None
+        verdict = {True: "[green]pass[/]", False: "[red]MISS[/]", None: "-"}[sec.get("pass")] if b == "redis" else ""
+        t.add_row(labels.get(b, b), _rate_cell(sec["runs"][b], sec.get("na", {}).get(b)),
+                  "" if key is None else ("n/a" if ratio is None else f"{ratio:.2f}x"),
+                  f">= {sec['target'].split('>=')[-1].strip()}" if b == "redis" else "", verdict)
+    out = [t]
+    kill = sec.get("kill") or {}
+    if kill:
+        k = Table(title=f"celery_brokers, SIGKILL: acks_late, prefetch multiplier 1, two worker processes "
+                        f"(--concurrency {st['kill_concurrency']} each), {st['kill_count']:,} tasks of "
+                        f"{st['task_ms']:g} ms; the victim's process group SIGKILLed after half had started; counted "
+                        f"{st['kill_deadline']:g} s after the kill at most")
+        for col in ("broker", "in flight at kill", "lost", "ran twice", "killed tasks run again", "back after",
+                    "missing ones are"):
+            k.add_column(col, justify="left" if col in ("broker", "missing ones are") else "right")
+        for b, row in kill.items():
+            if "error" in row:
+                k.add_row(labels.get(b, b), "error", "-", "-", "-", "-", row["error"][:80])
+                continue
+            back = row.get("back_after_kill_s")
+            where = row.get("where_missing") or {}
+            place = ("-" if not row["lost"] else
+                     f"{where['in_unacked_hash']} in Redis's unacked hash (visibility timeout "
+                     f"{where['visibility_timeout_s']:g} s)" if "in_unacked_hash" in where else
+                     f"{where['gone']} gone (deleted at delivery), {where['in_queue_node']} still queued"
+                     if "in_queue_node" in where else where.get("note", "?"))
+            k.add_row(labels.get(b, b), str(row["in_flight_at_kill"]), str(row["lost"]),
+                      f"{row['duplicates']}" + (f" ({row['duplicates_done_before_kill']} done before the kill)"
+                                                 if row["duplicates"] else ""),
+                      f"{row['in_flight_back']} of {row['in_flight_at_kill']}",
+                      "-" if not back else f"{back['min']:.1f}-{back['max']:.1f} s", place)
+        out.append(k)
+    return out
+
+
 def progress_table(report: dict[str, Any]) -> Table | None:
     """The ordered consumer row: jobs/s through a ProgressConsumer with trivial workers, progress writes per job."""
     row = report.get("progress") or {}
@@ -500,6 +555,12 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
     live = jobs_live_table(report)
     if live is not None:
         console.print(live)
+    for t in celery_brokers_tables(report):
+        console.print(t)
+    if (report.get("celery_brokers") or {}).get("reason") not in (None, "not run"):
+        console.print(f"celery_brokers rows: n/a ({report['celery_brokers']['reason']})", markup=False)
+    for b, reason in ((report.get("celery_brokers") or {}).get("na") or {}).items():
+        console.print(f"celery_brokers {b}: n/a ({reason})", markup=False, highlight=False)
     for line in jobs_live_notes(report):
         console.print(line, markup=False, highlight=False)  # a reason may hold brackets (pip extras, npm output)
     flows = report.get("flows") or {}

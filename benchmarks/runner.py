@@ -5,6 +5,7 @@
                          [--large-count N] [--large-mib M] [--no-large]
                          [--no-progress] [--progress-count N] [--no-aio] [--aio-adds N] [--aio-jobs N]
                          [--no-jobs-live] [--jobs-live-count N] [--jobs-live-cpu-count N]
+                         [--no-celery-brokers] [--celery-brokers-count N]
                          [--no-scheduled] [--scheduled-depth N] [--scheduled-seconds S] [--scheduled-flat-depth N]
 
 Starts an embedded 3-node ZooKeeper ensemble (unless ``--connect``), then for each repeat runs every workload on
@@ -79,6 +80,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "of 100)")
     p.add_argument("--jobs-live-cpu-count", type=int,
                    help="20 ms CPU-bound jobs per run of the jobs_live pool rows (default 400; quick 40)")
+    p.add_argument("--no-celery-brokers", action="store_true",
+                   help="skip the celery_brokers rows (Celery on zkqueue://, Redis and kombu's zookeeper://: end-to-end "
+                        "tasks/s, and a SIGKILLed acks_late worker: tasks lost and run twice)")
+    p.add_argument("--celery-brokers-count", type=int,
+                   help="tasks per run of the celery_brokers rows, both scenarios (default 2000; quick 200)")
     p.add_argument("--no-progress", action="store_true", help="skip the ordered consumer row (zkqueue.progress)")
     p.add_argument("--progress-count", type=int, help="jobs per run of the progress row (default 5000; quick 500)")
     p.add_argument("--no-scheduled", action="store_true",
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only:
         wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows", "scheduled", "aio",
-                                                                    "jobs_live"}
+                                                                    "jobs_live", "celery_brokers"}
         unknown = wanted - {w.name for w in plan}
         if unknown:
             raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))} (see --list)")
@@ -192,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     aio_on = not args.no_aio and (not args.only or "aio" in {x.strip() for x in args.only.split(",")})
     live: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     live_on = not args.no_jobs_live and (not args.only or "jobs_live" in {x.strip() for x in args.only.split(",")})
+    celery_brokers: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    celery_on = not args.no_celery_brokers and (not args.only
+                                                or "celery_brokers" in {x.strip() for x in args.only.split(",")})
     flows: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     flows_on = not args.no_flows and (not args.only or "flows" in {x.strip() for x in args.only.split(",")})
     scheduled: dict[str, Any] = {"status": "n/a", "reason": "not run"}
@@ -223,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                           console=console, transient=False) as progress:
                 task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0) + (1 if jobs_on else 0)
                                          + (1 if flows_on else 0) + (1 if scheduled_on else 0) + (1 if aio_on else 0)
-                                         + (1 if live_on else 0))
+                                         + (1 if live_on else 0) + (1 if celery_on else 0))
                 if not args.no_warmup:
                     progress.update(task, description="warming up the servers and the JVM")
                     _warm_up(client, root, impls, s)
@@ -280,6 +289,17 @@ def main(argv: list[str] | None = None) -> int:
                     live_settings.cpu_jobs = args.jobs_live_cpu_count or live_settings.cpu_jobs
                     live = _section_or_na("jobs_live rows", lambda: run_live(connect, live_settings))
                     progress.advance(task)
+                if celery_on:
+                    progress.update(task, description="celery_brokers: Celery on zkqueue, Redis, kombu zookeeper")
+                    from benchmarks.celery_brokers import CeleryBrokerSettings  # noqa: PLC0415
+                    from benchmarks.celery_brokers import run_section as run_celery_brokers  # noqa: PLC0415
+
+                    cb_settings = CeleryBrokerSettings.quick() if args.quick else CeleryBrokerSettings()
+                    cb_settings.repeats = repeats
+                    cb_settings.count = args.celery_brokers_count or cb_settings.count
+                    celery_brokers = _section_or_na("celery_brokers rows",
+                                                    lambda: run_celery_brokers(connect, settings=cb_settings))
+                    progress.advance(task)
                 if progress_on:  # (not counted in the bar's total)
                     progress.update(task, description="progress: ordered consumer")
                     from benchmarks.progress_probe import run_section as run_progress  # noqa: PLC0415
@@ -334,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         "flows": flows,
         "aio": aio,
         "jobs_live": live,
+        "celery_brokers": celery_brokers,
         "scheduled": scheduled,
         "notes": [
             "Throughput runs are capped at max_seconds; a '(partial)' implementation reports the rate it reached.",
