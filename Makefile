@@ -45,3 +45,10 @@ demo: check-java $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# Celery's own integration tests (t/integration/test_tasks.py and test_canvas.py of the installed Celery's sdist,
+# fetched with pip) on zkqueue:// and on a private redis-server, with the counts side by side
+# (tests/celery/celery_suite.py; make test runs a named subset of them).
+.PHONY: celery-suite
+celery-suite: check-java check-redis $(STAMP)
+	$(PY) -m tests.celery.celery_suite both

@@ -92,3 +92,27 @@ def slow_first(token: str, seconds: float = 120.0) -> int:
     if count == 1:
         time.sleep(seconds)
     return count
+
+
+@shared_task
+def stamped(token: str) -> float:
+    """Notes the time it started (one line ``<epoch seconds> <pid>`` in the runs file ``token``); returns it."""
+    started = time.time()
+    folder = Path(os.environ["ZKQ_CELERY_RUNS"])
+    fd = os.open(folder / token, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{started:.6f} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    return started
+
+
+def start_times(token: str) -> list[float]:
+    """The start times :func:`stamped` noted for ``token``, in order."""
+    return sorted(float(line.split()[0]) for line in runs(token))
+
+
+@shared_task
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds

@@ -8,6 +8,7 @@ kombu's tests use markers (``env``, ``flaky``) this repository's ``--strict-mark
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -28,10 +29,7 @@ MIXINS: dict[str, str | None] = {
     "BasePriority": None,
     "BaseMessage": None,
     "BaseFailover": None,
-    "BaseEventLoop": (
-        "zkqueue:// is a synchronous kombu transport (implements.asynchronous=False, as kombu's virtual transports "
-        "without a socket of their own to poll): Celery drives it with drain_events (its synchronous loop), and a "
-        "kombu Hub has no file descriptor of it to wait on"),
+    "BaseEventLoop": None,
 }
 
 #: Class attributes of the generated classes (the knobs kombu's mixins offer to each transport).
@@ -41,18 +39,22 @@ CLASS_ATTRIBUTES = {
 }
 
 
-def fetch_sdist(version: str = kombu.__version__) -> Path:
-    """The kombu sdist of ``version`` in the cache (downloaded with pip when missing); RuntimeError if pip fails."""
+def fetch_sdist(package: str = "kombu", version: str | None = None) -> Path:
+    """The sdist of ``package`` (kombu, or celery for :mod:`.celery_suite`) at ``version`` (default: the installed
+    one) in the cache, downloaded with pip when missing; RuntimeError if pip fails."""
+    if version is None:
+        version = importlib.metadata.version(package)
     CACHE.mkdir(parents=True, exist_ok=True)
-    tarball = CACHE / f"kombu-{version}.tar.gz"
+    tarball = CACHE / f"{package}-{version}.tar.gz"
     if tarball.exists():
         return tarball
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", f"kombu=={version}",
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", f"{package}=={version}",
          "-d", str(CACHE), "--quiet"],
         capture_output=True, text=True, timeout=300)
     if proc.returncode != 0 or not tarball.exists():
-        raise RuntimeError(f"pip download of kombu=={version} failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
+        raise RuntimeError(f"pip download of {package}=={version} failed: "
+                           f"{(proc.stderr or proc.stdout).strip()[-500:]}")
     return tarball
 
 

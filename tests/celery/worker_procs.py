@@ -69,10 +69,12 @@ class Worker:
             self.proc.wait(timeout=30)
 
     def stop(self, timeout: float = 20.0) -> None:
-        """A warm shutdown (SIGTERM), then SIGKILL if it takes longer than ``timeout``."""
+        """A warm shutdown (SIGTERM to the main process, which stops its pool), then SIGKILL to the whole group
+        if it takes longer than ``timeout``. (A SIGTERM to the pool processes too makes the main process wait for
+        children it has already lost.)"""
         if self.proc is None or self.proc.poll() is not None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        os.kill(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -37,6 +37,8 @@ EXPIRES_KEY = "x-zkqueue-expires"
 #: Seconds a get waits for a listing that shows messages the queue node says it has (a put just made may not be
 #: in the engine's cached listing yet).
 FRESH_LISTING_WAIT = 0.2
+#: Most given-back messages a store remembers to mark as redelivered.
+MAX_GIVEN_BACK = 10_000
 
 
 def node_name(name: str) -> str:
@@ -72,6 +74,21 @@ class QueueStore:
         self._large_items = large_items
         self._lock = threading.Lock()
         self._queues: dict[str, Any] = {}
+        #: (queue, node name) of messages this process gave back (reject with requeue, recover, close), oldest
+        #: first: delivered again here, they are marked ``redelivered`` (another process cannot know it).
+        self._given_back: dict[tuple[str, str], None] = {}
+
+    def note_given_back(self, name: str, node_names: list[str]) -> None:
+        with self._lock:
+            for node in node_names:
+                self._given_back[(name, node)] = None
+            while len(self._given_back) > MAX_GIVEN_BACK:
+                del self._given_back[next(iter(self._given_back))]
+
+    def was_given_back(self, name: str, node_name: str) -> bool:
+        """Whether this process gave ``node_name`` of queue ``name`` back before (forgotten once asked)."""
+        with self._lock:
+            return self._given_back.pop((name, node_name), 0) is None
 
     def queue_path(self, name: str) -> str:
         return f"{self.root}/queues/{node_name(name)}"
@@ -97,15 +114,18 @@ class QueueStore:
         """Store ``message`` in queue ``name``; returns once it is committed (puts of many threads share multis)."""
         self.get(name).put(encode(message, expires_at_ms), priority)
 
-    def claim(self, name: str, max_nodes: int, timeout: float = 0.0) -> list[Any]:
+    def claim(self, name: str, max_nodes: int, timeout: float = 0.0, *, confirm: bool = True) -> list[Any]:
         """Up to ``max_nodes`` held messages of ``name``, at once (``timeout`` 0) or within ``timeout`` seconds.
 
-        A message put by this very process a moment ago may not be in the engine's cached listing yet; when no
-        node was claimable at once but the queue node has children, the claim waits briefly for a fresh listing
-        (so ``basic_get`` right after a publish finds the message)."""
+        A message put by this very process a moment ago may not be in the engine's cached listing yet; with
+        ``confirm``, when no node was claimable at once but the queue node has children, the claim asks the server
+        (one round trip) and waits briefly for a fresh listing (so ``basic_get`` right after a publish finds the
+        message). ``drain_events`` does not confirm: it waits on the cache's change instead (see
+        :mod:`.wakeup`), which neither costs a round trip per look nor stalls on a queue whose messages are all
+        held by other consumers."""
         queue = self.get(name)
         nodes = queue.claim_nodes(max_nodes, timeout)
-        if nodes or timeout >= FRESH_LISTING_WAIT:
+        if nodes or not confirm or timeout >= FRESH_LISTING_WAIT:
             return nodes
         try:
             stat = self.client.exists(self.queue_path(name))
@@ -115,12 +135,12 @@ class QueueStore:
             return []
         return queue.claim_nodes(max_nodes, FRESH_LISTING_WAIT)
 
-    def claim_fresh(self, name: str, max_nodes: int, timeout: float = 0.0) -> list[Any]:
+    def claim_fresh(self, name: str, max_nodes: int, timeout: float = 0.0, *, confirm: bool = True) -> list[Any]:
         """:meth:`claim`, in priority order as of now: the engine claims from its cached listing and, when a change
         came since, asks for a new listing on the way; when the claim took fewer than ``max_nodes``, a second one
         (which sees that listing: its reply came on the same connection before the claim's) adds newer messages,
         and the whole is sorted by priority, then publish order."""
-        nodes = self.claim(name, max_nodes, timeout)
+        nodes = self.claim(name, max_nodes, timeout, confirm=confirm)
         if nodes and len(nodes) < max_nodes:
             more = self.get(name).claim_nodes(max_nodes - len(nodes), 0.0)
             if more:

@@ -8,10 +8,10 @@
   for messages on the engine's children watch, not by polling ZooKeeper.
 - ack, reject, recover: see :mod:`.qos`.
 
-Waiting: a connection consuming one queue waits on that queue's watch and wakes when a message arrives. With
-several queues (Celery's task queue and its remote-control queue), it waits on each in turn for at most
-``polling_interval`` seconds (default 0.1; a transport option): a message to the queue not waited on is seen
-within that time. The waits are local (the engine's cached listing), not requests to the server.
+Waiting (:mod:`.wakeup`): ``drain_events`` waits on one condition per connection, woken by a change of ANY
+queue it can take from (the engine's children cache of each, fed by ZooKeeper's child watch) and by an ack or a
+give-back on any of its channels (a prefetch slot opening). A message published to any consumed queue is
+delivered within milliseconds; the waits are local, not requests to the server.
 """
 
 from __future__ import annotations
@@ -35,14 +35,21 @@ from zkqueue.celery.qos import QoS, Held
 from zkqueue.celery.queues import QueueStore, decode, expired
 from zkqueue.celery.routing import Bindings
 from zkqueue.celery.url import DEFAULT_PORT, DEFAULT_ROOT, ZkUrl, from_parts, parse_url
-from zkqueue.engine.api import Completion
+from zkqueue.celery.wakeup import Wakeup, version_of
+from zkqueue.engine.api import CONNECTION_ERRORS, Completion, wait_connected
 from zkqueue.errors import QueuePermissionError
 
 log = logging.getLogger("zkqueue.celery.transport")
 
+#: Most seconds drain_events waits for a lost connection at a time before it looks at the session again.
+FAILOVER_STEP = 1.0
 #: Most messages one claim takes when the channel has no prefetch limit.
 DEFAULT_BULK = 100
 DEFAULT_PRIORITY_STEPS = tuple(range(10))
+#: Most seconds ``drain_events`` waits before it looks again without being woken.
+MAX_WAIT = 1.0
+#: Under an event loop: how long an empty look leaves its queues watched (the loop's timer looks again sooner).
+ARMED_SECONDS = 60.0
 
 
 class Channel(virtual.Channel):
@@ -83,10 +90,17 @@ class Channel(virtual.Channel):
         """Ack (``completion`` None) or end ``held`` as ``completion`` says, in one fenced multi."""
         queue = self.store.get(held.queue)
         if completion is not None and completion.action == "release":
-            queue.release_nodes([held.node])
+            self.store.note_given_back(held.queue, [held.node.name])
+            try:
+                queue.release_nodes([held.node])
+            finally:
+                self.connection.wakeup.wake()  # a slot opened, and the message is there to take again
             return
         held.node.completion = completion
-        queue.complete_nodes([held.node])
+        try:
+            queue.complete_nodes([held.node])
+        finally:
+            self.connection.wakeup.wake()  # a prefetch slot opened
         if held.node.settled == "lost":
             log.warning("message of queue %r was not acked: its lease ended with the ZooKeeper session, so it is "
                         "delivered again", held.queue)
@@ -95,8 +109,17 @@ class Channel(virtual.Channel):
         by_queue: dict[str, list[Any]] = {}
         for h in held:
             by_queue.setdefault(h.queue, []).append(h.node)
-        for name, nodes in by_queue.items():
-            self.store.get(name).release_nodes(nodes)
+        try:
+            for name, nodes in by_queue.items():
+                self.store.note_given_back(name, [n.name for n in nodes])
+                self.store.get(name).release_nodes(nodes)
+        finally:
+            self.connection.wakeup.wake()
+
+    def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str, **kwargs: Any) -> Any:
+        tag = super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+        self.connection.wakeup.wake()  # a drain waiting in another thread takes this queue into account
+        return tag
 
     # ------------------------------------------------------------------------------------------ priorities
     def _zk_priority(self, message: dict[str, Any]) -> int:
@@ -208,7 +231,10 @@ class Channel(virtual.Channel):
             self.store.get(queue).complete_nodes([node])
             return None
         tag = uuid()
-        message.setdefault("properties", {})["delivery_tag"] = tag
+        props = message.setdefault("properties", {})
+        props["delivery_tag"] = tag
+        if self.store.was_given_back(queue, node.name):
+            props.setdefault("delivery_info", {})["redelivered"] = True
         self.connection.pending[tag] = Held(queue, node)
         return message
 
@@ -228,7 +254,7 @@ class Channel(virtual.Channel):
         if budget <= 0:
             return 0
         delivered = 0
-        for node in self.store.claim_fresh(queue, budget, timeout):
+        for node in self.store.claim_fresh(queue, budget, timeout, confirm=timeout > 0):
             message = self._deliverable(queue, node)
             if message is None:
                 continue
@@ -281,7 +307,7 @@ class Transport(virtual.Transport):
     polling_interval = 0.1
 
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"]), heartbeats=False)
+        asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"]), heartbeats=False)
 
     connection_errors = virtual.Transport.connection_errors + (
         BrokerConnectionError, SessionLostError, KazooTimeoutError, ConnectionLoss, SessionExpiredError,
@@ -294,6 +320,10 @@ class Transport(virtual.Transport):
         self.pending: dict[str, Held] = {}
         self._epoch = 0
         self._turn = itertools.count()
+        self.wakeup = Wakeup()
+        self._loop: Any = None
+        self._loop_fd: int | None = None
+        self._loop_timer: Any = None
 
     def driver_version(self) -> str:
         return kazoo.version.__version__ if hasattr(kazoo, "version") else "unknown"
@@ -315,6 +345,8 @@ class Transport(virtual.Transport):
             self.shared = clients.acquire(url, connect_timeout=float(self.client.connect_timeout or 10),
                                           session_timeout=options.get("session_timeout"))
         self._epoch = self.shared.session_epoch
+        if self.wakeup.closed:
+            self.wakeup = Wakeup()
         root = str(options.get("root") or url.options.get("root") or DEFAULT_ROOT)
         parts = self.shared.parts
         key = f"queues:{root}"
@@ -332,6 +364,9 @@ class Transport(virtual.Transport):
         try:
             super().close_connection(connection)
         finally:
+            if self._loop is not None:
+                self.unregister_from_event_loop(connection, self._loop)
+            self.wakeup.close()
             shared, self.shared = self.shared, None
             if shared is not None:
                 clients.release(shared)
@@ -363,28 +398,79 @@ class Transport(virtual.Transport):
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         """Deliver what is ready (in bulk, up to each channel's prefetch); wait up to ``timeout`` seconds for
-        something to arrive; ``socket.timeout`` if nothing did."""
+        something to arrive; ``socket.timeout`` if nothing did.
+
+        The wait wakes on a change of ANY queue it can take from and on an ack or give-back (a prefetch slot
+        opening): see :mod:`.wakeup`. It looks again at least every :data:`MAX_WAIT` seconds (the session; a
+        message another process gave back, which changes no listing)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        wait_step = self.polling_interval or 0.1
+        wakeup = self.wakeup
         while True:
             self._check_session()
-            pairs = self._consuming()
-            start = next(self._turn)
-            pairs = pairs[start % len(pairs):] + pairs[:start % len(pairs)] if pairs else pairs
+            since = wakeup.generation
+            pairs = self._consuming()  # a channel at its prefetch limit is woken by its ack, not by its queues
+            versions = {q: (queue, version_of(queue)) for q, queue in ((q, ch.store.get(q)) for ch, q in pairs)}
+            if pairs:
+                start = next(self._turn) % len(pairs)
+                pairs = pairs[start:] + pairs[:start]  # no queue always first
             delivered = 0
-            for channel, queue in pairs:
-                delivered += channel.deliver_from(queue, 0.0)
+            try:
+                for channel, queue in pairs:
+                    delivered += channel.deliver_from(queue, 0.0)
+            except CONNECTION_ERRORS as exc:
+                # A failover under way: the session, and with it every lease, lives on. Wait it out here rather
+                # than let kombu reconnect: its reconnect gives every unacked message back, and the tasks running
+                # on them now would run twice.
+                if delivered:
+                    return
+                self._check_session()
+                assert self.shared is not None
+                log.info("drain_events: %r; waiting for ZooKeeper to come back", exc)
+                left = None if deadline is None else deadline - time.monotonic()
+                step = FAILOVER_STEP if left is None else max(0.0, min(FAILOVER_STEP, left))
+                wait_connected(self.shared.client, step)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise socket.timeout() from exc
+                continue  # (a lost session shows at the top: SessionLostError)
             if delivered:
                 return
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
+                if self._loop is not None:  # the event loop looks again when a watch or an ack wakes the pipe
+                    wakeup.arm(versions, ARMED_SECONDS)
                 raise socket.timeout()
-            step = wait_step if left is None else min(wait_step, left)
-            if len(pairs) == 1:  # one queue: wait on its watch for the whole time left (checking the session)
-                step = 1.0 if left is None else min(1.0, left)
-            if not pairs:
-                time.sleep(step)
-                continue
-            channel, queue = pairs[0]
-            if channel.deliver_from(queue, step):
-                return
+            step = MAX_WAIT if left is None else min(MAX_WAIT, left)
+            wakeup.wait(since, versions, step)
+
+    # ------------------------------------------------------------------------------------------ event loop
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """Run under kombu's event loop (Celery's non-blocking worker loop): the loop reads the wake-up pipe of
+        :mod:`.wakeup` and drains then; a timer looks again every :data:`MAX_WAIT` seconds regardless."""
+        self.unregister_from_event_loop(connection, loop)
+        self._loop = loop
+        fd = self.wakeup.fileno()
+        self._loop_fd = fd
+        loop.add_reader(fd, self._on_wake, connection, loop)
+        self._loop_timer = loop.call_repeatedly(MAX_WAIT, self.wakeup.wake)
+        self.wakeup.wake()  # a first look: messages may be waiting already
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        timer, self._loop_timer = self._loop_timer, None
+        if timer is not None:
+            timer.cancel()
+        fd, self._loop_fd = self._loop_fd, None
+        if fd is not None and self._loop is not None:
+            try:
+                self._loop.remove_reader(fd)
+            except Exception:
+                log.debug("removing the wake-up reader failed", exc_info=True)
+        self._loop = None
+
+    def _on_wake(self, connection: Any, loop: Any) -> None:
+        """The wake-up pipe is readable: deliver what is ready, one bulk per loop turn, until nothing is."""
+        self.wakeup.consume_signal()
+        try:
+            self.drain_events(connection, timeout=0)
+        except socket.timeout:
+            return
+        loop.call_soon(self._on_wake, connection, loop)

@@ -530,6 +530,23 @@ class DistributedQueue(Generic[T]):
         return self.producer.put_framed(data, where.prefix, items if multi else items[0], multi=multi,
                                         timeout=timeout, parents=where.parents)
 
+    def change_version(self) -> int | None:
+        """The version of the queue's listing as this process has it (it grows with every new listing), or None
+        when nothing here watches the queue's children (a producer-only queue, or a pull queue before its first
+        claim). Read it BEFORE looking at the queue, then :meth:`wait_for_change` from it: a change that lands in
+        between is never missed. A seam for layers that wait for work on several queues at once."""
+        cache = self._cache
+        return None if cache is None else cache.version
+
+    def wait_for_change(self, version: int, timeout: float | None = None) -> int | None:
+        """Block until the queue's listing is newer than ``version`` (a change already seen but not listed yet is
+        listed first), ``timeout`` seconds pass or the queue closes; the version then (None as in
+        :meth:`change_version`). Local: no request is sent per wait, the children watch feeds it."""
+        cache = self._cache
+        if cache is None:
+            return None
+        return cache.wait_for_change(version, timeout).version
+
     def flush_puts(self, timeout: float | None = None) -> bool:
         """Wait until every background put has completed (or failed); False on timeout."""
         return self.producer.flush(timeout)
