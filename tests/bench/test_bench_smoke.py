@@ -24,12 +24,13 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, sub
     out = tmp_path_factory.mktemp("bench")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     done = subprocess.run(
-        # The jobs, aio, jobs_live and scheduled sections have smoke tests of their own (test_jobs_peers.py,
-        # test_aio_peers_bench.py, test_jobs_live_bench.py, test_scheduled_bench.py) that check their rows; running
-        # them here again only cost the suite time.
+        # The jobs, aio, jobs_live, scheduled and celery_brokers sections have smoke tests of their own
+        # (test_jobs_peers.py, test_aio_peers_bench.py, test_jobs_live_bench.py, test_scheduled_bench.py,
+        # test_celery_brokers_bench.py) that check their rows; running them here again only cost the suite time.
         # Smaller than --quick itself (structure, not figures, is checked): 55 s down to about 33 s.
         [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--no-spark", "--no-jobs", "--no-aio",
-         "--no-jobs-live", "--no-scheduled", "--count", "150", "--max-seconds", "3", "--latency-seconds", "1",
+         "--no-jobs-live", "--no-scheduled", "--no-celery-brokers", "--count", "150", "--max-seconds", "3",
+         "--latency-seconds", "1",
          "--flows-count", "30", "--progress-count", "100"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False,
     )
