@@ -27,22 +27,12 @@ import threading
 import time
 from typing import Any
 
+from benchmarks.jobs_worker import say  # the one protocol line writer of the peer workers
+
 DOUBLE = "benchmarks.celery_broker_worker.double"
 SLOW = "benchmarks.celery_broker_worker.slow"
 
-_proto: Any = None
-_proto_lock = threading.Lock()
 _runs_fd: dict[int, int] = {}  # pid -> fd of the runs file (opened once per pool process, after the fork)
-
-
-def say(tag: str, payload: dict[str, Any] | None = None) -> None:
-    """One protocol line on a private copy of the original stdout."""
-    global _proto
-    with _proto_lock:
-        if _proto is None:
-            _proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-        _proto.write(f"{tag} {json.dumps(payload or {})}\n")
-        _proto.flush()
 
 
 def note(kind: str, n: int) -> None:

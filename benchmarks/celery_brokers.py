@@ -309,13 +309,7 @@ def run_throughput(ctx: _Ctx, broker: str) -> dict[str, Any]:
                 "worker_start_seconds": round(worker_start, 2), "concurrency": s.concurrency}
     finally:
         _stop(worker)
-        if app is not None:
-            with contextlib.suppress(Exception):
-                app.close()
-        ctx.cleanup(ep)
-        with contextlib.suppress(OSError):
-            os.remove(runs.path)
-            os.rmdir(tmp)
+        _clean_up(app, ctx, ep, runs.path, tmp)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -451,13 +445,18 @@ def run_kill(ctx: _Ctx, broker: str) -> dict[str, Any]:
     finally:
         _stop(victim)
         _stop(survivor)
-        if app is not None:
-            with contextlib.suppress(Exception):
-                app.close()
-        ctx.cleanup(ep)
-        with contextlib.suppress(OSError):
-            os.remove(runs.path)
-            os.rmdir(tmp)
+        _clean_up(app, ctx, ep, runs.path, tmp)
+
+
+def _clean_up(app: Any, ctx: Any, ep: Any, runs_path: str, tmp: str) -> None:
+    """After a run: the client app closed, the broker's leftovers cleaned, the runs file and its folder removed."""
+    if app is not None:
+        with contextlib.suppress(Exception):
+            app.close()
+    ctx.cleanup(ep)
+    with contextlib.suppress(OSError):
+        os.remove(runs_path)
+        os.rmdir(tmp)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 
 from celery import Celery
 from tests.celery import celery_tasks as t
-from tests.celery.worker_procs import Worker
+from tests.celery.worker_procs import Worker, running_workers
 from zkqueue.server.testing import fresh_chroot
 
 pytestmark = [pytest.mark.ensemble, pytest.mark.faults, pytest.mark.timeout(600)]
@@ -31,15 +31,9 @@ def module_url(zk_ensemble: Any) -> str:
 
 @pytest.fixture(scope="module")
 def workers(module_app: Celery, module_url: str, runs_dir: Path, logs_dir: Path) -> Iterator[list[Worker]]:
-    started = [Worker(module_url, runs_dir, logs_dir, f"lk{i}", pool="prefork", concurrency=2).start()
-               for i in (1, 2)]
-    try:
-        for w in started:
-            w.wait_ready()
+    with running_workers(module_url, runs_dir, logs_dir, ["lk1", "lk2"], pool="prefork",
+                         concurrency=2) as started:
         yield started
-    finally:
-        for w in started:
-            w.stop()
 
 
 def test_leader_kill_under_load(workers: list[Worker], zk_ensemble: Any) -> None:

@@ -14,20 +14,14 @@ import pytest
 from celery import Celery, chain, chord, group
 from celery.exceptions import ChordError
 from tests.celery import celery_tasks as t
-from tests.celery.worker_procs import ROOT, Worker, celery_command, celery_env
+from tests.celery.worker_procs import ROOT, Worker, celery_command, celery_env, running_workers
 
 
 @pytest.fixture(scope="module")
 def workers(module_app: Celery, module_url: str, runs_dir: Path, logs_dir: Path) -> Iterator[list[Worker]]:
-    started = [Worker(module_url, runs_dir, logs_dir, f"w{i}", pool="prefork", concurrency=2).start()
-               for i in (1, 2)]
-    try:
-        for w in started:
-            w.wait_ready()
+    with running_workers(module_url, runs_dir, logs_dir, ["w1", "w2"], pool="prefork",
+                         concurrency=2) as started:
         yield started
-    finally:
-        for w in started:
-            w.stop()
 
 
 def token() -> str:

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,3 +85,17 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@contextmanager
+def running_workers(url: str, runs: Path, logs: Path, names: list[str], **options: object) -> Iterator[list[Worker]]:
+    """Workers ``names`` on ``url`` (``options`` as :class:`Worker` takes them), started together and ready; all
+    stopped afterwards."""
+    started = [Worker(url, runs, logs, name, **options).start() for name in names]  # type: ignore[arg-type]
+    try:
+        for w in started:
+            w.wait_ready()
+        yield started
+    finally:
+        for w in started:
+            w.stop()
