@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo check-java check-redis check-chromium venv clean
+.PHONY: test demo docs check-java check-redis check-chromium venv clean
 
 check-java:
 	@$(PYTHON) -m zkqueue.server.check_java
@@ -12,7 +12,7 @@ check-java:
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark,bench,otel,celery]'
+	$(PY) -m pip install --quiet -e '.[all,dev,bench,docs]'
 	# arq (a peer of the asyncio benchmark) pins redis-py below 6, which Celery's kombu (>= 6.4) refuses; it runs
 	# fine on redis-py 7, so it is installed without its pins (pip check reports that one requirement).
 	$(PY) -m pip install --quiet --no-deps 'arq>=0.26'
@@ -39,6 +39,11 @@ PYTEST_WORKERS ?= 2
 test: check-java check-redis check-chromium $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --timing=skip $(PYTEST_ARGS)
 	$(PY) -m pytest --timing=only $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on any warning (a broken link, a page left
+# out of the nav). The Benchmarks page is generated from benchmarks/results/*latest.json (docs/gen_benchmarks.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 demo: check-java $(STAMP)
 	$(VENV)/bin/zkqueue demo

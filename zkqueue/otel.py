@@ -34,12 +34,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, ContextManager, Sequence
 
-try:
-    from opentelemetry import propagate, trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("zkqueue.otel needs the OpenTelemetry API and SDK: pip install 'zkqueue[otel]' "
-                      f"({exc})") from exc
+from zkqueue._extras import require
+
+require("opentelemetry.trace", what="zkqueue.otel")
+
+from opentelemetry import propagate, trace  # noqa: E402
+from opentelemetry.trace import SpanKind, Status, StatusCode  # noqa: E402
 
 from zkqueue.jobs import hooks
 

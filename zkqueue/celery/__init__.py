@@ -26,7 +26,11 @@ values), :mod:`.waiting` (waits on watches), :mod:`.chords` (exact chord counter
 
 from __future__ import annotations
 
-from kombu.transport import TRANSPORT_ALIASES
+from zkqueue._extras import require
+
+require("kombu", what="zkqueue.celery (the zkqueue:// transport)")
+
+from kombu.transport import TRANSPORT_ALIASES  # noqa: E402
 
 #: The kombu alias of the transport (the URL scheme).
 ALIAS = "zkqueue"

@@ -1,4 +1,4 @@
-"""Prometheus metrics of queues, job queues and flows (``pip install prometheus_client``, a dependency).
+"""Prometheus metrics of queues, job queues and flows (``pip install 'zkqueue[metrics]'``).
 
 ```python
 from zkqueue import metrics
@@ -25,7 +25,11 @@ import json
 from importlib import resources
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from zkqueue._extras import require
+
+require("prometheus_client", what="zkqueue.metrics")
+
+from prometheus_client import REGISTRY, CollectorRegistry  # noqa: E402
 
 from zkqueue.metrics.collectors import InstrumentedCollector
 from zkqueue.metrics.exporter import depth_registry, run_exporter, serve

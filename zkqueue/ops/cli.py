@@ -6,19 +6,31 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import click
 
 from zkqueue.server.embedded import ZooKeeperEnsemble
-from zkqueue.errors import ZkQueueError
+from zkqueue.errors import MissingExtraError, ZkQueueError
 from zkqueue.ops.connect import client_for, connect_option
 
 log = logging.getLogger("zkqueue.ops.cli")
 
-@click.group()
+class _Main(click.Group):
+    """The ``zkqueue`` group: a command that needs an extra that is not installed ends with one line naming it
+    (``zkqueue dashboard`` without flask: ``pip install 'zkqueue[dashboard]'``), not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except MissingExtraError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_Main)
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def main(verbose: int) -> None:
-    """zkqueue: Curator-compatible distributed queues on ZooKeeper."""
+    """zkqueue: durable jobs, tasks and Curator-compatible queues on ZooKeeper."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -161,22 +173,53 @@ def stats(
 
 
 @main.command()
-@click.option("--items", default=3000, show_default=True, help="How many items to put.")
-@click.option("--producers", default=2, show_default=True)
-@click.option("--consumers", default=2, show_default=True)
-@click.option("--no-kill", is_flag=True, help="Do not kill a ZooKeeper node halfway.")
-def demo(items: int, producers: int, consumers: int, no_kill: bool) -> None:
-    """3-node ZooKeeper, producers and lock-safe consumers, a node killed halfway, and the accounting."""
-    from zkqueue.ops.demo import run_demo  # noqa: PLC0415
+@click.option("--queue", "queue_demo", is_flag=True,
+              help="Run the lock-safe queue demo (producers and consumers of a DistributedQueue) instead.")
+@click.option("--jobs", type=click.IntRange(20, 10_000), default=None,
+              help="Task demo: how many jobs to add.  [default: 600]")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=None,
+              help="Task demo: jobs each of the two workers runs at once.  [default: 4]")
+@click.option("--no-kill-worker", is_flag=True, help="Task demo: do not SIGKILL a worker.")
+@click.option("--keep-open", is_flag=True,
+              help="Task demo: keep the ensemble and the dashboard up after the table, until Ctrl-C.")
+@click.option("--items", type=click.IntRange(1), default=None,
+              help="Queue demo (implies --queue): how many items to put.  [default: 3000]")
+@click.option("--producers", type=click.IntRange(1), default=None, help="Queue demo (implies --queue).  [default: 2]")
+@click.option("--consumers", type=click.IntRange(1), default=None, help="Queue demo (implies --queue).  [default: 2]")
+@click.option("--no-kill", is_flag=True, help="Do not kill a ZooKeeper node.")
+def demo(queue_demo: bool, jobs: int | None, concurrency: int | None, no_kill_worker: bool, keep_open: bool,
+         items: int | None, producers: int | None, consumers: int | None, no_kill: bool) -> None:
+    """Tasks on a 3-node ZooKeeper: two `zkqueue worker` processes, a ZooKeeper node killed while jobs are added,
+    a worker SIGKILLed mid-run, then the accounting (added, completed, retried, dead, lost, run twice).
 
+    With --queue: producers and lock-safe consumers of a queue, a node killed halfway, and the accounting."""
+    queue_options = {k: v for k, v in (("--items", items), ("--producers", producers), ("--consumers", consumers))
+                     if v is not None}
+    task_options = [k for k, v in (("--jobs", jobs), ("--concurrency", concurrency),
+                                   ("--no-kill-worker", no_kill_worker), ("--keep-open", keep_open)) if v]
+    if queue_options and not queue_demo:
+        queue_demo = True  # the queue demo's options name it, as they did before the task demo existed
+    if queue_demo and task_options:
+        raise click.UsageError(f"{', '.join(task_options)}: options of the task demo, not of --queue")
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter after the kill; -v shows it
         logging.getLogger("zkqueue.engine.context").setLevel(logging.INFO)  # the RECONNECTED line after the kill
     try:
-        report = run_demo(items=items, producers=producers, consumers=consumers, kill_node=not no_kill)
+        if queue_demo:
+            from zkqueue.ops.demo import run_demo  # noqa: PLC0415
+
+            report = run_demo(items=items or 3000, producers=producers or 2, consumers=consumers or 2,
+                              kill_node=not no_kill)
+            failed = report.lost > 0
+        else:
+            from zkqueue.ops.demo_tasks import run_task_demo  # noqa: PLC0415
+
+            task_report = run_task_demo(jobs or 600, concurrency=concurrency or 4, kill_node=not no_kill,
+                                        kill_worker=not no_kill_worker, keep_open=keep_open)
+            failed = not task_report.ok
     except ZkQueueError as exc:
         raise click.ClickException(str(exc)) from exc
-    if report.lost:
+    if failed:
         sys.exit(1)
 
 
@@ -184,21 +227,42 @@ def demo(items: int, producers: int, consumers: int, no_kill: bool) -> None:
                                 "help_option_names": []})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(args: tuple[str, ...]) -> None:
-    """Run the benchmark harness (``python -m benchmarks``); ``zkqueue bench --help`` lists its options."""
+    """Run the benchmark harness of a source checkout (``python -m benchmarks``); ``zkqueue bench --help`` lists
+    its options. The harness is not in the wheel: run it from a clone of the zkqueue repository."""
     import importlib  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
 
-    checkout = Path(__file__).resolve().parents[2]  # zkqueue/ops/cli.py: benchmarks/ is beside the package, in the
-    # source tree (not in the wheel)
-    if (checkout / "benchmarks" / "runner.py").is_file() and str(checkout) not in sys.path:
+    checkout = find_checkout(Path(__file__).resolve().parents[2], Path.cwd())
+    if checkout is None:
+        raise click.ClickException(
+            "zkqueue bench runs the benchmark harness (benchmarks/ at the root of a source checkout), which the "
+            "installed package does not include: clone the zkqueue repository and run `zkqueue bench` (or "
+            "`make venv && .venv/bin/zkqueue bench`) inside it"
+        )
+    if str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     try:
         runner = importlib.import_module("benchmarks.runner")
     except ImportError as exc:
         raise click.ClickException(
-            f"the benchmarks package is not importable ({exc}); run from a source checkout of zkqueue"
+            f"the benchmark harness in {checkout / 'benchmarks'} did not import ({exc}); its peers need the "
+            "dev and bench extras: pip install -e '.[all,dev,bench]' in the checkout (or make venv)"
         ) from exc
+    loaded = Path(getattr(runner, "__file__", "") or ".").resolve()
+    if checkout / "benchmarks" not in loaded.parents:
+        raise click.ClickException(f"another 'benchmarks' package was imported ({loaded}), not the harness of "
+                                   f"the checkout at {checkout}: run `zkqueue bench` from the checkout")
     sys.exit(runner.main(list(args)))
+
+
+def find_checkout(*starts: Path) -> Path | None:
+    """The root of a zkqueue source checkout at or above any of ``starts`` (tried in order): a folder that holds
+    ``benchmarks/runner.py`` and the ``zkqueue`` package. The package's own location comes first (an editable
+    install), then the current directory (a wheel installed while working inside a clone)."""
+    for start in starts:
+        for folder in (start, *start.parents):
+            if (folder / "benchmarks" / "runner.py").is_file() and (folder / "zkqueue" / "__init__.py").is_file():
+                return folder
+    return None
 
 
 def _register_jobs() -> None:

@@ -1,4 +1,5 @@
-"""``zkqueue demo``: producers and lock-safe consumers on a 3-node ZooKeeper, with a node killed halfway.
+"""``zkqueue demo --queue``: producers and lock-safe consumers on a 3-node ZooKeeper, with a node killed halfway.
+(``zkqueue demo`` without ``--queue`` runs the task demo: :mod:`zkqueue.ops.demo_tasks`.)
 
 Every item carries a unique id, so the summary is exact accounting: acknowledged puts, deliveries, duplicates
 and lost items (always 0 in lock-safe mode). Puts are exactly once (a lost reply is settled by the producer's
@@ -14,7 +15,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
-from rich.console import Console
+from zkqueue._extras import require
+
+require("rich", what="zkqueue demo")
+
+from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from zkqueue._extras import require
 from zkqueue.errors import ZkQueueError
 from zkqueue.ops.connect import client_for
 
@@ -86,7 +87,7 @@ def _stamp(when: Any) -> str:
 
 
 def _repeats_table(path: str, repeats: list[Any]) -> Any:
-    from rich.table import Table  # noqa: PLC0415
+    Table = require("rich.table", what="zkqueue jobs repeats").Table
 
     table = Table(title=f"repeating jobs of {path}", caption="times in UTC; job ids are <name>@<fire time>")
     for name in ("name", "schedule", "tz", "catch_up", "last fired", "next fire"):
@@ -248,7 +249,7 @@ def register(main: click.Group, connect_option: Any) -> None:
     def repeats(connect: str, auth: str | None, acl: str | None, path: str) -> None:
         """The repeating jobs of the job queue at PATH: schedule, time zone, catch_up, last and next fire time.
         Read only: no scheduler is started."""
-        from rich.console import Console  # noqa: PLC0415
+        Console = require("rich.console", what="zkqueue jobs repeats").Console
 
         with _looking_at(connect, auth, acl, path) as jq:
             found = jq.repeats()  # not started: reads only

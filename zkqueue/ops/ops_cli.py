@@ -16,6 +16,7 @@ from typing import Any
 import click
 from kazoo.exceptions import ConnectionClosedError, NoAuthError, NoNodeError
 
+from zkqueue._extras import require
 from zkqueue.engine.api import CONNECTION_ERRORS
 from zkqueue.errors import ConnectionLostError, QueuePermissionError, ZkQueueError
 from zkqueue.ops.connect import NoServer, client_for
@@ -132,6 +133,7 @@ def register(main: click.Group, connect_option: Any) -> None:
     @yes_option
     def purge(connect: str, auth: str | None, acl: str | None, path: str, yes: bool) -> None:
         """Delete every item of the queue at PATH (batched multis, with a progress bar)."""
+        require("rich", what="zkqueue purge (its progress bar)")
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
         from zkqueue.ops.items import purge as purge_items  # noqa: PLC0415
@@ -206,6 +208,7 @@ def register(main: click.Group, connect_option: Any) -> None:
     def watch(connect: str, auth: str | None, acl: str | None, paths: tuple[str, ...], interval: float,
               refreshes: int | None) -> None:
         """A live table of the depths and rates of the queues at PATHS (job queues and flows too)."""
+        require("rich", what="zkqueue watch")
         from rich.console import Console  # noqa: PLC0415
         from rich.live import Live  # noqa: PLC0415
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rich.table import Table
+from zkqueue._extras import require
+
+require("rich", what="zkqueue watch")
+
+from rich.table import Table  # noqa: E402
 
 from zkqueue.ops.history import History
 

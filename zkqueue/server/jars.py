@@ -12,6 +12,7 @@ import logging
 import os
 from pathlib import Path
 
+from zkqueue._extras import require
 from zkqueue.errors import EnvironmentProblem
 
 log = logging.getLogger("zkqueue.server.jars")
@@ -53,13 +54,8 @@ CURATOR_CLIENT_JARS = (
 
 def pyspark_jars_dir() -> Path:
     """The ``jars`` folder of the installed pyspark wheel."""
-    try:
-        import pyspark  # noqa: PLC0415 - optional dependency
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise EnvironmentProblem(
-            "pyspark is not installed, and it carries the ZooKeeper and Curator jars zkqueue uses. "
-            "Install it with `pip install 'zkqueue[spark]'`, or set ZOOKEEPER_CLASSPATH or ZOOKEEPER_HOME."
-        ) from exc
+    pyspark = require("pyspark", extra="server", what="the embedded ZooKeeper (the jars of the pyspark wheel)",
+                      hint="or set ZOOKEEPER_CLASSPATH, or ZOOKEEPER_HOME to an unpacked ZooKeeper 3.9")
     jars = Path(pyspark.__file__).parent / "jars"
     if not jars.is_dir():
         raise EnvironmentProblem(f"pyspark is installed but has no jars folder at {jars}")

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 
+from zkqueue._extras import require
 from zkqueue.server.embedded import ZooKeeperEnsemble
 from zkqueue.errors import EnvironmentProblem
 from zkqueue.transport.handler import new_client
@@ -63,10 +64,7 @@ class DockerZooKeeper:
     image = "zookeeper:3.9"
 
     def __init__(self) -> None:
-        try:
-            from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional
-        except ImportError as exc:
-            raise EnvironmentProblem("ZKQUEUE_ZK=docker needs `pip install 'zkqueue[docker]'`") from exc
+        DockerContainer = require("testcontainers.core.container", what="ZKQUEUE_ZK=docker").DockerContainer
         if not docker_available():
             raise EnvironmentProblem("ZKQUEUE_ZK=docker but no Docker engine is reachable")
         self._container = DockerContainer(self.image).with_exposed_ports(2181)

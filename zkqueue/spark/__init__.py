@@ -23,6 +23,10 @@ import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from zkqueue._extras import require
+
+require("pyspark", what="zkqueue.spark")
+
 if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.spark.consumers import ConsumeResult, consume, read_queue
     from zkqueue.spark.datasource import ZkQueueDataSource

@@ -32,6 +32,7 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
+from zkqueue._extras import require
 from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_BATCH_SIZE, HeldNode, blobs
 from zkqueue.formats import framing, large_ref, naming
 from zkqueue.engine import api
@@ -335,7 +336,7 @@ class _Rows:
             self.keys.append(key)
 
     def table(self) -> Any:
-        import pyarrow as pa  # noqa: PLC0415
+        pa = require("pyarrow", what="zkqueue.spark")
 
         columns = {
             "name": pa.array(self.names, pa.string()),

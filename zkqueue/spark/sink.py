@@ -53,6 +53,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoAuthError, NodeExistsError, NoNodeError
 
+from zkqueue._extras import require
 from zkqueue.engine.api import BlobTarget, BlobWriter, Counters, LargeItems, create_op
 from zkqueue.formats import framing, naming
 from zkqueue.engine import api
@@ -240,7 +241,7 @@ def arrow_pairs(batches: Iterable[Any], encoder: Encoder) -> Iterator[tuple[str,
 
 
 def _has_map(arrow_type: Any) -> bool:
-    import pyarrow as pa  # noqa: PLC0415
+    pa = require("pyarrow", what="zkqueue.spark")
 
     if pa.types.is_map(arrow_type):
         return True
@@ -253,7 +254,7 @@ def _has_map(arrow_type: Any) -> bool:
 
 def _plain(value: Any, arrow_type: Any) -> Any:
     """``value`` (from ``to_pylist``) with every map turned into a dict, as Spark's own rows have it."""
-    import pyarrow as pa  # noqa: PLC0415
+    pa = require("pyarrow", what="zkqueue.spark")
 
     if value is None:
         return None

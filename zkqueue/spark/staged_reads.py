@@ -10,6 +10,7 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from zkqueue._extras import require
 from zkqueue.errors import ConfigurationError
 from zkqueue.formats import naming
 from zkqueue.spark.clients import DEFAULT_SESSION_TIMEOUT, ZkSettings
@@ -126,7 +127,7 @@ def split_segments(segments: list[str], tasks: int) -> list[StagedPartition]:
 def staged_rows(options: SourceOptions, partition: StagedPartition) -> Iterator[Any]:
     """The rows of one task's segments, as one Arrow record batch (Spark takes it without converting row by row).
     Executor side; reads only."""
-    import pyarrow as pa  # noqa: PLC0415
+    pa = require("pyarrow", what="zkqueue.spark")
 
     from zkqueue.spark.clients import get_client  # noqa: PLC0415
     from zkqueue.spark.consumers import key_of  # noqa: PLC0415
