@@ -1,4 +1,4 @@
-"""zkqueue: Apache Curator's ZooKeeper queue recipes for Python, on kazoo.
+"""zkqueue: durable jobs and tasks on the ZooKeeper you already run, with Curator-compatible queues beneath (kazoo).
 
 Public names are imported lazily, so ``import zkqueue.server.embedded`` (used by tooling before kazoo is installed)
 stays light.
@@ -19,6 +19,10 @@ Layers, bottom up (each a subpackage):
 - ``ops``: the command line, queue counts, the demo.
 - ``server``: the embedded ZooKeeper ensemble, its jars and the test kit.
 
+``pip install zkqueue`` brings the core; the dashboard, metrics, Spark, Celery, OpenTelemetry, the rich CLI views and
+the embedded server's jars come with extras (:mod:`zkqueue._extras` lists them; a missing one raises
+:class:`~zkqueue.errors.MissingExtraError`, which names it).
+
 The layers above the engine import it only through :mod:`zkqueue.engine.api` (checked by an import-linter contract).
 """
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 _EXPORTS = {
     "QueueBuilder": "zkqueue.builder",
@@ -58,6 +62,13 @@ _EXPORTS = {
     "new_client": "zkqueue.transport.handler",
     "LargeItems": "zkqueue.engine.blobs",
     "App": "zkqueue.tasks.app",
+    "chain": "zkqueue.flows.canvas",
+    "group": "zkqueue.flows.canvas",
+    "chord": "zkqueue.flows.canvas",
+    "Signature": "zkqueue.flows.canvas",
+    "CanvasHandle": "zkqueue.flows.canvas",
+    "CanvasFailedError": "zkqueue.errors",
+    "CanvasCancelledError": "zkqueue.errors",
     "Task": "zkqueue.tasks.task",
     "JobHandle": "zkqueue.tasks.handle",
     "Call": "zkqueue.tasks.params",
@@ -67,6 +78,7 @@ _EXPORTS = {
     "Job": "zkqueue.jobs.model",
     "ZkQueueError": "zkqueue.errors",
     "ConfigurationError": "zkqueue.errors",
+    "MissingExtraError": "zkqueue.errors",
     "JobFailedError": "zkqueue.errors",
     "JobDeadError": "zkqueue.errors",
     "JobCancelledError": "zkqueue.errors",
@@ -102,7 +114,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from zkqueue.recipes.ids import DistributedIdQueue
     from zkqueue.recipes.priority import DistributedPriorityQueue
     from zkqueue.recipes.sharder import LeaderLatch, QueueAllocator, QueueSharder, QueueSharderPolicies
+    from zkqueue.flows.canvas import CanvasHandle, Signature, chain, chord, group
     from zkqueue.errors import (
+        CanvasCancelledError,
+        CanvasFailedError,
         ConfigurationError,
         ConnectFailedError,
         ConnectionLostError,
@@ -112,6 +127,7 @@ if TYPE_CHECKING:  # pragma: no cover
         JobFailedError,
         JobNotFoundError,
         JobTimeoutError,
+        MissingExtraError,
         NonRetryableError,
         NoSuchElementError,
         SessionLostError,

@@ -13,6 +13,27 @@ class EnvironmentProblem(ZkQueueError):
     """Something zkqueue needs on this machine is missing (java, jars, a free port)."""
 
 
+class MissingExtraError(EnvironmentProblem, ImportError):
+    """An optional part of zkqueue was used without the package it needs; the message names the extra that brings
+    it (``pip install 'zkqueue[dashboard]'``). An ``ImportError`` too, so code that tries an optional import keeps
+    working. ``package`` is the missing import name, ``extra`` the extra that installs it."""
+
+    def __init__(self, package: str, extra: str, what: str | None = None, hint: str = "") -> None:
+        needs = what or "this part of zkqueue"
+        message = f"{needs} needs {package}, which is not installed: pip install 'zkqueue[{extra}]'"
+        if hint:
+            message += f" ({hint})"
+        super().__init__(message)
+        self.package = package
+        self.extra = extra
+        self.what = what
+        self.hint = hint
+        self.name = package  # ImportError's attribute: the module that could not be imported
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.package, self.extra, self.what, self.hint))
+
+
 class ServerStartError(ZkQueueError):
     """An embedded ZooKeeper server did not come up; the message carries the tail of its log."""
 
@@ -188,6 +209,26 @@ class JobCancelledError(JobFailedError):
         ZkQueueError.__init__(self, f"job {job.id} was cancelled after {job.attempts} attempt(s)")
         self.job = job
         self.last_error = job.last_error
+
+
+class CanvasFailedError(ZkQueueError):
+    """A canvas (chain, group, chord) failed: a node was dead after its task's retries (``on_failure="fail"``).
+    ``canvas`` is its record (a :class:`~zkqueue.flows.FlowJob`), ``errors`` its nodes' errors."""
+
+    def __init__(self, canvas: Any) -> None:
+        last = canvas.errors[-1] if canvas.errors else None
+        why = f": node {last.step}: {last.error}" if last is not None else ""
+        super().__init__(f"canvas {canvas.id} {canvas.state.value.lower()}{why}")
+        self.canvas = canvas
+        self.errors = list(canvas.errors)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.canvas,))
+
+
+class CanvasCancelledError(CanvasFailedError):
+    """The canvas was cancelled (``CanvasHandle.cancel``): what its ``result()`` raises. A
+    :class:`CanvasFailedError`, so that name catches it too."""
 
 
 class NonRetryableError(ZkQueueError):

@@ -31,7 +31,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, sub
         [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--no-spark", "--no-jobs", "--no-aio",
          "--no-jobs-live", "--no-scheduled", "--no-celery-brokers", "--count", "150", "--max-seconds", "3",
          "--latency-seconds", "1",
-         "--flows-count", "30", "--progress-count", "100"],
+         "--flows-count", "30", "--canvas-count", "2", "--progress-count", "100"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False,
     )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

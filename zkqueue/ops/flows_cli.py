@@ -75,11 +75,17 @@ def register(main: click.Group, connect_option: Any) -> None:
     @click.argument("job_id")
     def get(connect: str, auth: str | None, acl: str | None, path: str, job_id: str) -> None:
         """Print the flow job JOB_ID of the flow at PATH as JSON (exit 1 if unknown)."""
+        from zkqueue.flows.canvas_handoff import describe  # noqa: PLC0415
+
         with _flow(connect, auth, acl, path) as flow:
             job = flow.get(job_id)
+            graph = describe(flow.client, job) if job is not None else None
         if job is None:
             raise click.ClickException(f"no flow job {job_id!r} in {path}")
-        click.echo(json.dumps(_flow_dict(job), indent=2, default=str))
+        out = _flow_dict(job)
+        if graph is not None:  # a canvas (chain, group, chord: /<namespace>/canvases): its nodes' tasks and edges
+            out["canvas"] = graph
+        click.echo(json.dumps(out, indent=2, default=str))
 
     @flows.command("cancel")
     @connect_option
@@ -91,8 +97,14 @@ def register(main: click.Group, connect_option: Any) -> None:
         """Cancel the running flow jobs JOB_IDS of the flow at PATH; print one line per id: "cancelled" (now
         CANCELLED: its waiting step jobs are removed, nothing more of it starts; a step running now finishes) or
         "not found or finished". Exit 0 if at least one was cancelled, 1 if none."""
+        from zkqueue.flows.canvas_handoff import cancel_at  # noqa: PLC0415
+
+        def cancel_one(flow: Any, job_id: str) -> bool:  # a canvas (/<namespace>/canvases) is cancelled as one
+            as_canvas = cancel_at(flow.client, path, job_id)
+            return flow.cancel(job_id) if as_canvas is None else as_canvas
+
         with _flow(connect, auth, acl, path) as flow:
-            done = [(job_id, flow.cancel(job_id)) for job_id in job_ids]
+            done = [(job_id, cancel_one(flow, job_id)) for job_id in job_ids]
         for job_id, cancelled in done:
             click.echo(f"{job_id}\t{'cancelled' if cancelled else 'not found or finished'}")
         if not any(cancelled for _id, cancelled in done):

@@ -15,6 +15,7 @@ send_mail.enqueue_with(args=("a@b",), job_id="welcome-42", delay=60)   # job.cre
 send_mail.enqueue_many([("a@b",), Call(args=("c@d",), kwargs={"subject": "hi"})])   # one add_all
 app.enqueue("myapp.tasks.send_mail", "a@b")               # by name, without importing the task's module
 app.job("welcome-42")                                     # a handle by id, in whichever queue holds it
+chord((fetch.s(u) for u in urls), merge.s()).enqueue()    # canvases: chain, group, chord (zkqueue.flows.canvas)
 ```
 
 A job's params are ``{"args": [...], "kwargs": {...}}``; its record names its task (``Job.task``) and carries its
@@ -22,9 +23,10 @@ task's ``max_attempts``. A worker runs ``app.resolve(job).call(job)``: a job who
 know fails at once, never retried (:class:`~zkqueue.errors.UnknownTaskError`).
 """
 
+from zkqueue.flows.canvas import CanvasHandle, Signature, chain, chord, group
 from zkqueue.tasks.app import App
 from zkqueue.tasks.handle import JobHandle
 from zkqueue.tasks.params import Call
 from zkqueue.tasks.task import Task
 
-__all__ = ["App", "Call", "JobHandle", "Task"]
+__all__ = ["App", "Call", "CanvasHandle", "JobHandle", "Signature", "Task", "chain", "chord", "group"]

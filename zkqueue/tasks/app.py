@@ -4,6 +4,7 @@ wait for one, and ``app.resolve(job).call(job)`` in a worker. See :mod:`zkqueue.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -70,6 +71,8 @@ class App:
         self._registry = Registry()
         self._queues: dict[str, JobQueue] = {}
         self._lock = threading.Lock()
+        self._canvases: Any = None  # the CanvasHandoff of this app's canvases, made on first use
+        self._canvas_flow: Any = None  # a read-only Flow over the canvas records (get, wait)
 
     # ------------------------------------------------------------------------------------------ connection
     @property
@@ -87,6 +90,7 @@ class App:
         if self._connection.forked():  # a child process: the parent's queues and their threads are not here
             self._queues = {}
             self._lock = threading.Lock()
+            self._canvases = self._canvas_flow = None
 
     def close(self) -> None:
         """Close the app's job queues (their workers stop first) and a client it made. Idempotent; the app cannot
@@ -95,6 +99,9 @@ class App:
         with self._lock:
             queues, self._queues = list(self._queues.values()), {}
             self._connection.closed = True
+            flow, self._canvas_flow = self._canvas_flow, None
+        if flow is not None:
+            flow.close()
         for jq in queues:
             try:
                 jq.close()
@@ -177,7 +184,8 @@ class App:
         with self._lock:
             jq = self._queues.get(name)
             if jq is None:
-                jq = JobQueue(client, path, retry=self.retry, serializer=self.serializer, **self._queue_options)
+                jq = JobQueue(client, path, retry=self.retry, serializer=self.serializer,
+                              on_exhausted=functools.partial(self._exhausted, name), **self._queue_options)
                 jq.start()
                 self._queues[name] = jq
                 log.debug("job queue %s started", path)
@@ -270,6 +278,52 @@ class App:
         if len(found) > 1:
             raise ConfigurationError(f"job id {job_id!r} is in queues {', '.join(found)}: give queue=")
         return self.job(job_id, found[0])
+
+    # ------------------------------------------------------------------------------------------ canvases
+    @property
+    def canvases_path(self) -> str:
+        """Where the app's canvases (chain, group, chord) keep their records: ``/<namespace>/canvases``."""
+        return f"/{self.namespace}/canvases"
+
+    def canvases(self) -> Any:
+        """The :class:`~zkqueue.flows.canvas_handoff.CanvasHandoff` of the app's canvases (made on first use)."""
+        self._check_process()
+        if self._canvases is None:
+            from zkqueue.flows.canvas_handoff import CanvasHandoff
+
+            self.client  # connects first
+            with self._lock:
+                if self._canvases is None:
+                    self._canvases = CanvasHandoff(self)
+        return self._canvases
+
+    def canvas_flow(self) -> Any:
+        """A read-only :class:`~zkqueue.flows.Flow` over the canvas records (``get``, ``wait``)."""
+        canvases = self.canvases()
+        if self._canvas_flow is None:
+            from zkqueue.flows.flow import Flow
+
+            canvases.ensure()
+            flow = Flow(self.client, self.canvases_path, keep=None)
+            flow.start(create=False)
+            self._canvas_flow = flow
+        return self._canvas_flow
+
+    def canvas(self, canvas_id: str) -> Any:
+        """A :class:`~zkqueue.flows.canvas.CanvasHandle` of the canvas ``canvas_id`` (to read its state, wait for
+        its result or cancel it later)."""
+        from zkqueue.flows.canvas import CanvasHandle
+
+        if not isinstance(canvas_id, str) or not canvas_id:
+            raise ConfigurationError(f"a canvas id is a non-empty str, got {canvas_id!r}")
+        return CanvasHandle(self, canvas_id, created=False)
+
+    def _exhausted(self, queue: str, record: Any, version: int) -> Any:
+        """Each queue's ``on_exhausted``: a canvas node's job out of attempts (its workers kept dying) is dead in
+        its canvas record, in the claim's multi; other jobs go to the dead letters (None)."""
+        if not record.headers or "zkqueue.canvas" not in record.headers:
+            return None
+        return self.canvases().exhausted_node(queue, record, version)
 
     # ------------------------------------------------------------------------------------------ describing
     def _describe(self) -> str:

@@ -15,6 +15,7 @@ from zkqueue.jobs.retry import RetryPolicy
 from zkqueue.tasks.params import from_params
 
 if TYPE_CHECKING:  # pragma: no cover
+    from zkqueue.flows.canvas import Signature
     from zkqueue.tasks.app import App
     from zkqueue.tasks.handle import JobHandle
 
@@ -90,6 +91,20 @@ class Task(Generic[P, R]):
         serialized before anything is sent. The options apply to every job, as in :meth:`enqueue_with`."""
         return self.app.enqueue_many(self.name, items, delay=delay, run_at=run_at, priority=priority,
                                      timeout=timeout, queue=queue)
+
+    # ------------------------------------------------------------------------------------------ canvases
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature of a call of this task, for a canvas (``chain``, ``group``, ``chord``): in a chain or as a
+        chord's body, the result before it comes first, before ``args``."""
+        from zkqueue.flows.canvas import Signature
+
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: called with exactly ``args`` and ``kwargs``, whatever ran before it."""
+        from zkqueue.flows.canvas import Signature
+
+        return Signature(self, args, kwargs, immutable=True)
 
     # ------------------------------------------------------------------------------------------ identity
     def __reduce__(self) -> str:

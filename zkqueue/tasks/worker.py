@@ -5,22 +5,33 @@ A task worker is the worker runtime (:mod:`zkqueue.runtime`) over the app's queu
 by the name in its record (:meth:`App.resolve <zkqueue.tasks.App.resolve>`); an async task runs on the worker's
 event loop, a sync one on the pool (threads, or child processes for CPU-bound tasks), with the task's retry policy
 and timeout. A job whose task this app does not know fails at once, never retried.
+
+A job of a canvas (chain, group, chord: its header names the canvas and node) ends by the canvas hand-off instead
+of the job layer's completion (:mod:`zkqueue.flows.canvas_ends`): the workers claim under item leases, since that
+end is a fenced multi of its own. ``zkqueue worker`` also reaps the finished canvases beyond ``Keep()`` every
+:data:`CANVAS_REAP_INTERVAL` seconds.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
 import signal
 import sys
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-from zkqueue.errors import ConfigurationError
+from zkqueue.errors import ConfigurationError, UnknownTaskError
+from zkqueue.flows import canvas_ends
+from zkqueue.flows.canvas_graph import HEADER
 from zkqueue.jobs.model import Job
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT, JobQueue
 from zkqueue.runtime import AsyncioDriver, Route, Worker, pool_driver
+from zkqueue.tasks import naming
 from zkqueue.tasks.app import App
 from zkqueue.tasks.live import Registration
 
@@ -28,6 +39,8 @@ log = logging.getLogger("zkqueue.tasks.worker")
 
 #: Seconds between the burst checks and registry updates of a running ``zkqueue worker``.
 TICK = 0.5
+#: Seconds between two reaps of the finished canvases beyond ``Keep()`` by a running ``zkqueue worker``.
+CANVAS_REAP_INTERVAL = 60.0
 
 
 def load_app(spec: str) -> App:
@@ -86,11 +99,15 @@ class TaskWorker:
         self._sync = pool_driver(pool)
         self._async = AsyncioDriver() if any(t.is_async for t in app.tasks.values()) else None
         self._call: Any = TaskCall(spec) if pool == "process" else None
+        self._end_pool: ThreadPoolExecutor | None = None  # where async tasks' canvas ends commit (not the loop)
         drivers = [self._sync] + ([self._async] if self._async is not None else [])
         self.worker = Worker([app.queue(name) for name in names], self._route, drivers, concurrency=concurrency,
-                             prefetch=prefetch, max_jobs=max_jobs, name="zkqueue-worker", log_jobs=log_jobs)
+                             prefetch=prefetch, max_jobs=max_jobs, name="zkqueue-worker", log_jobs=log_jobs,
+                             block_leases=False)  # item leases: a canvas job's end is a fenced multi of its own
 
     def _route(self, queue: JobQueue, job: Job) -> Route:
+        if job.headers and HEADER in job.headers:
+            return self._canvas_route(queue, job)
         task = self.app.resolve(job)  # UnknownTaskError: the attempt fails, never retried
         if task.is_async:
             if self._async is None:  # a task registered after the worker started
@@ -98,13 +115,37 @@ class TaskWorker:
             return Route(self._async, task.call, task.retry, timeout=task.timeout)
         return Route(self._sync, self._call or task.call, task.retry, timeout=task.timeout)
 
+    def _canvas_route(self, queue: JobQueue, job: Job) -> Route:
+        """A canvas node's job: its task's route, ended by the canvas hand-off (:mod:`zkqueue.flows.canvas_ends`).
+        A task this app does not know makes the node dead at once (the canvas learns of it)."""
+        canvases = self.app.canvases()
+        name = naming.queue_of_path(self.app.namespace, queue.paths.root) or queue.paths.root
+        try:
+            task = self.app.resolve(job)
+        except UnknownTaskError:
+            return Route(self._sync, canvas_ends.unknown_task,
+                         end=functools.partial(canvas_ends.end_attempt, canvases, queue, name, None))
+        end = functools.partial(canvas_ends.end_attempt, canvases, queue, name, task.retry)
+        if task.is_async:
+            if self._async is None:
+                raise ConfigurationError(f"task {task.name} is async; the worker started without an event loop")
+            if self._end_pool is None:
+                self._end_pool = ThreadPoolExecutor(4, thread_name_prefix="zkqueue-canvas-end")
+            return Route(self._async, task.call, task.retry, end=end, timeout=task.timeout,
+                         end_executor=self._end_pool)
+        call = self._call or canvas_ends.CanvasCall(canvases, task.call)  # threads look at the canvas first
+        return Route(self._sync, call, task.retry, end=end, timeout=task.timeout)
+
     def start(self) -> TaskWorker:
         self.worker.start()
         return self
 
     def stop(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> bool:
         """Stop as :meth:`Worker.stop <zkqueue.runtime.Worker.stop>` does; True for a warm stop."""
-        return self.worker.stop(timeout)
+        warm = self.worker.stop(timeout)
+        if self._end_pool is not None:
+            self._end_pool.shutdown(wait=True)
+        return warm
 
     def outstanding(self) -> int:
         """Jobs of its queues still to run: queued and due, running, or waiting for a retry."""
@@ -153,7 +194,15 @@ def serve(app: App, queues: Sequence[str] | None, *, spec: str, pool: str = "thr
     warm = False
     try:
         tw.start()
+        next_reap = time.monotonic() + CANVAS_REAP_INTERVAL
         while not stop.wait(TICK):
+            if time.monotonic() >= next_reap:
+                next_reap = time.monotonic() + CANVAS_REAP_INTERVAL
+                try:
+                    app.canvases().reap()
+                except Exception:  # noqa: BLE001 - finished canvases wait for the next round
+                    log.warning("reaping finished canvases failed; again in %.0fs", CANVAS_REAP_INTERVAL,
+                                exc_info=True)
             try:
                 registration.update(tw.worker.running_ids())
             except Exception:  # noqa: BLE001 - the registry is for looking; the jobs go on

@@ -122,9 +122,13 @@ class DashboardData:
     def job(self, path: str, job_id: str) -> dict[str, Any] | None:
         if self.kind(path) == "flow":
             from zkqueue.flows import Flow  # noqa: PLC0415
+            from zkqueue.flows.canvas_handoff import describe  # noqa: PLC0415
 
             with Flow(self.client, path) as flow:
                 job = flow.get(job_id)
+            canvas = describe(self.client, job) if job is not None else None
+            if canvas is not None:  # a canvas (chain, group, chord) of tasks: its graph with each node's status
+                return {**job_dict(job), "canvas": canvas}
         else:
             job = self.job_queue(path).get(job_id)
         return None if job is None else job_dict(job)
@@ -162,9 +166,13 @@ class DashboardData:
         if self.under_root(path) and self.kind(path) == "flow":
             from zkqueue.flows import Flow  # noqa: PLC0415
 
+            from zkqueue.flows.canvas_handoff import cancel_at  # noqa: PLC0415
+
             flow = Flow.open_existing(self.client, path)
             try:
-                return "cancelled" if flow.cancel(job_id) else "not found or finished"
+                as_canvas = cancel_at(self.client, path, job_id)  # a canvas is cancelled as one (its jobs swept)
+                cancelled = flow.cancel(job_id) if as_canvas is None else as_canvas
+                return "cancelled" if cancelled else "not found or finished"
             finally:
                 flow.close()
 
