@@ -47,11 +47,17 @@ class SharedClient:
     #: knows its leases are gone.
     session_epoch: int = 0
     listeners: list[Callable[[KazooState], None]] = field(default_factory=list)
+    #: Set when the last user let go: the session ends on purpose (not worth a warning).
+    stopping: bool = False
 
     def on_state(self, state: KazooState) -> None:  # kazoo's event thread: never block
         if state == KazooState.LOST:
             self.session_epoch += 1
-            log.warning("ZooKeeper session of %s lost: held messages go back to their queues", self.client.hosts)
+            if self.stopping:
+                log.debug("ZooKeeper session of %s closed", self.client.hosts)
+            else:
+                log.warning("ZooKeeper session of %s lost: held messages go back to their queues",
+                            self.client.hosts)
         for listener in list(self.listeners):
             try:
                 listener(state)
@@ -133,6 +139,7 @@ def release(shared: SharedClient) -> None:
             return
         if _clients.get(shared.key) is shared:
             del _clients[shared.key]
+    shared.stopping = True
     for name, part in list(shared.parts.items()):
         try:
             part.close()

@@ -3,14 +3,16 @@
 kombu's virtual QoS keeps a copy of each unacked message and, to requeue one, puts that copy back as a new message
 (at the tail, or lost if the process dies first). Here the message never leaves ZooKeeper before its ack:
 
-- ``ack`` deletes the node in one fenced multi (refused if the lease was lost with the session: the message was
-  given back and another consumer gets it);
+- ``ack`` deletes the node in a fenced multi (refused if the lease was lost with the session: the message was
+  given back and another consumer gets it). The acks of the process are committed together by one thread
+  (:mod:`.acks`): ``ack`` returns at once, and the message counts against the prefetch until its ack committed;
+- ``reject(requeue=False)`` is an ack (no dead-letter queue);
 - ``reject(requeue=True)``, ``basic_recover`` and closing the channel release the lease: the same node, with its
   priority and its place in the queue, is delivered again;
-- ``reject(requeue=False)`` deletes it (no dead-letter queue);
 - a consumer process that dies holds nothing once its session ends: its messages come back by themselves.
 
-``prefetch_count`` bounds the messages held by the channel (delivered and not acked yet).
+``prefetch_count`` bounds the messages held by the channel (delivered, and not acked, or acked and the ack not
+committed yet): slots open when a group of acks commits, so the next claim takes several messages at once.
 """
 
 from __future__ import annotations
@@ -47,20 +49,27 @@ class QoS:
         self.prefetch_count = prefetch_count or 0
         self._lock = threading.Lock()
         self._held: dict[str, Held] = {}
+        self._acking: dict[str, Held] = {}  # acked, the ack not committed yet (still held in ZooKeeper)
         self._restored = False
 
     # ------------------------------------------------------------------------------------------ limits
     def can_consume(self) -> bool:
         count = self.prefetch_count
-        return not count or len(self._held) < count
+        return not count or self.held_count < count
 
     def can_consume_max_estimate(self) -> int | None:
         count = self.prefetch_count
-        return max(count - len(self._held), 0) if count else None
+        return max(count - self.held_count, 0) if count else None
 
     @property
     def held_count(self) -> int:
-        return len(self._held)
+        """Messages this channel holds in ZooKeeper: delivered and not acked, or acked and not committed yet."""
+        return len(self._held) + len(self._acking)
+
+    @property
+    def acking_count(self) -> int:
+        """Acks handed to the group commit and not committed yet."""
+        return len(self._acking)
 
     # ------------------------------------------------------------------------------------------ delivery
     def append(self, message: Any, delivery_tag: str) -> None:
@@ -81,14 +90,26 @@ class QoS:
             return self._held.pop(delivery_tag, None)
 
     def ack(self, delivery_tag: str) -> None:
-        held = self._pop(delivery_tag)
-        if held is not None:
-            self.channel.finish(held, None)
+        """Hand the ack to the group commit (:mod:`.acks`) and return; the prefetch slot opens once it committed."""
+        with self._lock:
+            held = self._held.pop(delivery_tag, None)
+            if held is None:
+                return
+            self._acking[delivery_tag] = held
+        self.channel.ack_later(held, lambda _node: self._committed(delivery_tag))
+
+    def _committed(self, delivery_tag: str) -> None:
+        with self._lock:
+            self._acking.pop(delivery_tag, None)
+        self.channel.slot_opened()
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if not requeue:
+            self.ack(delivery_tag)  # no dead-letter queue: deleted
+            return
         held = self._pop(delivery_tag)
         if held is not None:
-            self.channel.finish(held, Completion.release() if requeue else None)
+            self.channel.finish(held, Completion.release())
 
     # ------------------------------------------------------------------------------------------ give back
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:

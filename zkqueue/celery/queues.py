@@ -27,6 +27,7 @@ from kazoo.exceptions import NoNodeError, NotEmptyError
 from kombu.utils.json import dumps, loads
 
 from zkqueue import QueueBuilder
+from zkqueue.celery.acks import Acker
 from zkqueue.engine.api import held_items
 from zkqueue.formats import naming
 from zkqueue.formats.serializers import BytesSerializer
@@ -77,6 +78,8 @@ class QueueStore:
         #: (queue, node name) of messages this process gave back (reject with requeue, recover, close), oldest
         #: first: delivered again here, they are marked ``redelivered`` (another process cannot know it).
         self._given_back: dict[tuple[str, str], None] = {}
+        #: The acks of every consumer of this store, committed together (see :mod:`.acks`).
+        self.acker = Acker(self.root)
 
     def note_given_back(self, name: str, node_names: list[str]) -> None:
         with self._lock:
@@ -106,6 +109,9 @@ class QueueStore:
                 if self._large_items:
                     builder = builder.large_items()
                 queue = builder.build_priority_queue(0)
+                # The consumption order is a key per name (priority, then sequence; no due times): claims keep it
+                # from one listing to the next instead of sorting the whole listing on every claim.
+                queue.order_key = naming.priority_sort_key
                 queue.start()
                 self._queues[name] = queue
             return queue
@@ -178,6 +184,7 @@ class QueueStore:
     def delete(self, name: str) -> None:
         """Purge ``name`` and remove its nodes when no consumer holds a message of it any more."""
         self.purge(name)
+        self.acker.flush()  # acks handed over for its messages commit before the queue closes
         with self._lock:
             queue = self._queues.pop(name, None)
         if queue is not None:
@@ -189,6 +196,7 @@ class QueueStore:
                 pass  # held messages (or a put racing the delete) keep the node
 
     def close(self) -> None:
+        self.acker.close()  # the acks handed over commit before the queues (and their leases) close
         with self._lock:
             queues, self._queues = list(self._queues.values()), {}
         for queue in queues:

@@ -6,7 +6,9 @@
 - consume: ``drain_events`` claims messages in bulk (as many as the prefetch allows) under session-bound leases
   and delivers them in queue order: priority first (lower number first by default), then publish order. It waits
   for messages on the engine's children watch, not by polling ZooKeeper.
-- ack, reject, recover: see :mod:`.qos`.
+- ack, reject, recover: see :mod:`.qos`. Acks return at once: one thread per process commits them in groups
+  (:mod:`.acks`), and while a group is committing a claim waits until a good share of the prefetch is free (one
+  round trip for several messages instead of one per ack).
 
 Waiting (:mod:`.wakeup`): ``drain_events`` waits on one condition per connection, woken by a change of ANY
 queue it can take from (the engine's children cache of each, fed by ZooKeeper's child watch) and by an ack or a
@@ -45,6 +47,8 @@ log = logging.getLogger("zkqueue.celery.transport")
 FAILOVER_STEP = 1.0
 #: Most messages one claim takes when the channel has no prefetch limit.
 DEFAULT_BULK = 100
+#: While acks are committing, a claim waits for at least 1/MIN_CLAIM_SHARE of the prefetch to be free.
+MIN_CLAIM_SHARE = 2
 DEFAULT_PRIORITY_STEPS = tuple(range(10))
 #: Most seconds ``drain_events`` waits before it looks again without being woken.
 MAX_WAIT = 1.0
@@ -104,6 +108,16 @@ class Channel(virtual.Channel):
         if held.node.settled == "lost":
             log.warning("message of queue %r was not acked: its lease ended with the ZooKeeper session, so it is "
                         "delivered again", held.queue)
+
+    def ack_later(self, held: Held, on_done: Any) -> None:
+        """Ack ``held`` in the process's next group commit of acks (:mod:`.acks`); ``on_done(node)`` once known."""
+        self.store.acker.submit(held.node, on_done)
+
+    def slot_opened(self) -> None:
+        """A group of acks committed: prefetch slots opened, the drain looks again (unless the channel closed)."""
+        transport = self.connection
+        if transport is not None:
+            transport.wakeup.wake()
 
     def release(self, held: list[Held]) -> None:
         by_queue: dict[str, list[Any]] = {}
@@ -238,11 +252,21 @@ class Channel(virtual.Channel):
         self.connection.pending[tag] = Held(queue, node)
         return message
 
-    def _settle_unclaimed(self, tag: str, queue: str) -> None:
-        """After a delivery: a message no QoS took (a no-ack consumer) is acked now."""
+    def _settle_unclaimed(self, tag: str, queue: str, *, now: bool = True) -> None:
+        """After a delivery: a message no QoS took (a no-ack consumer) is acked, now or (``now`` False) in the
+        process's next group commit of acks."""
         held = self.connection.pending.pop(tag, None)
-        if held is not None:
+        if held is None:
+            return
+        if now:
+            self.store.acker.flush()
             self.store.get(queue).complete_nodes([held.node])
+        else:
+            self.store.acker.submit(held.node)
+
+    def _min_claim(self) -> int:
+        """Fewest messages worth a claim's round trip while acks are committing: half the prefetch."""
+        return max(1, (self.qos.prefetch_count or 0) // MIN_CLAIM_SHARE)
 
     def _budget(self) -> int:
         estimate = self.qos.can_consume_max_estimate()
@@ -253,6 +277,8 @@ class Channel(virtual.Channel):
         budget = self._budget()
         if budget <= 0:
             return 0
+        if budget < self._min_claim() and self.qos.acking_count:
+            return 0  # a group of acks is committing: the wake when it has opens more slots, claimed in one go
         delivered = 0
         for node in self.store.claim_fresh(queue, budget, timeout, confirm=timeout > 0):
             message = self._deliverable(queue, node)
@@ -262,7 +288,7 @@ class Channel(virtual.Channel):
             try:
                 self.connection._deliver(message, queue)
             finally:
-                self._settle_unclaimed(tag, queue)
+                self._settle_unclaimed(tag, queue, now=False)
             delivered += 1
         return delivered
 
@@ -290,7 +316,10 @@ class Channel(virtual.Channel):
         return self.qos.restore_unacked()
 
     def close(self) -> None:
+        transport = self.connection
         super().close()
+        if transport is not None and transport.shared is not None:
+            transport.store.acker.flush()  # this channel's acks are committed when its close returns
 
 
 class Transport(virtual.Transport):
