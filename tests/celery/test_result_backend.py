@@ -141,6 +141,53 @@ def test_join_native_waits_for_results_finished_later(app: Celery, backend: ZkQu
     thread.join()
 
 
+def test_a_chord_whose_part_failed_raises_that_parts_own_error(app: Celery, backend: ZkQueueBackend) -> None:
+    """``get()`` on the body of a chord whose header part failed raises the part's own exception, as on Celery's
+    Redis backend: the body is failed with a ChordError, and the waiter looks at the body's parents once more when
+    the body's result comes in (the part's failure is stored before the body's)."""
+    from celery import signature
+    from celery.app.task import Context
+    from celery.exceptions import ChordError
+
+    body = signature("zkq.test.chord-body", app=app)
+    body_id = body.freeze().id
+    header = app.GroupResult("chord-fails", [app.AsyncResult("part-ok"), app.AsyncResult("part-bad")])
+    backend.apply_chord((header.id, header.results), body)
+    backend.set_chord_size(header.id, 2)
+    result = app.AsyncResult(body_id, parent=app.GroupResult(header.id, list(header.results)))
+
+    def finish() -> None:
+        waiting.wait(10)  # the waiter is on the body's watch
+        for part_id, value in (("part-ok", None), ("part-bad", ValueError("the part's own error"))):
+            request = Context(id=part_id, group=header.id, chord=dict(body))
+            if value is None:
+                backend.mark_as_done(part_id, 1, request=request)
+            else:
+                backend.mark_as_failure(part_id, value, request=request)  # fires the chord: the body fails
+
+    waiting = threading.Event()
+    original = backend.store.read_many
+
+    def noting(paths: list[str]) -> Any:
+        if any(body_id in path for path in paths):
+            waiting.set()
+        return original(paths)
+
+    backend.store.read_many = noting  # type: ignore[method-assign]
+    thread = threading.Thread(target=finish)
+    thread.start()
+    try:
+        # an interval longer than the timeout: no periodic look at the parents can be what raises
+        with pytest.raises(ValueError, match="the part's own error"):
+            result.get(timeout=20, interval=60)
+    finally:
+        thread.join()
+    body_meta = backend.get_task_meta(body_id, cache=False)
+    assert body_meta["status"] == states.FAILURE
+    assert isinstance(body_meta["result"], ChordError)
+    assert "part-bad" in str(body_meta["result"])
+
+
 def test_chord_counter_counts_each_part_once_and_fires_once(backend: ZkQueueBackend) -> None:
     counter = ChordCounter(backend.store)
     counter.set_size("c1", 12)

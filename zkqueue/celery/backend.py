@@ -34,7 +34,11 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from celery import states
+from zkqueue._extras import require
+
+require("celery", what="the zkqueue:// Celery result backend")
+
+from celery import states  # noqa: E402
 from celery.backends.base import KeyValueStoreBackend
 from celery.canvas import maybe_signature
 from celery.exceptions import ChordError
@@ -201,6 +205,11 @@ class ZkQueueBackend(KeyValueStoreBackend):
                                          timeout=timeout, tick=interval or 0.5, on_tick=on_interval):
                 if meta["status"] == states.SUCCESS:
                     self._cache[task_id] = meta
+                if on_interval is not None:
+                    # One more look at the parents once the result is in, as Celery's result consumers do after
+                    # every wake-up: a chain or chord whose earlier step failed raises that step's own error
+                    # rather than the ChordError its body was failed with.
+                    on_interval()
                 return meta
         except WaitTimeout:
             raise CeleryTimeoutError("The operation timed out.") from None
@@ -286,8 +295,8 @@ class ZkQueueBackend(KeyValueStoreBackend):
             with allow_join_result():
                 values = deps.join_native(timeout=self.app.conf.result_chord_join_timeout, propagate=True)
         except Exception as exc:  # noqa: BLE001 - any failure of a part fails the chord, as Celery's backends do
-            culprit = next(deps._failed_join_report(), None)
-            reason = f"Dependency {culprit.id} raised {exc!r}" if culprit is not None else repr(exc)
+            culprit = _failed_part(deps)
+            reason = f"Dependency {culprit} raised {exc!r}" if culprit is not None else repr(exc)
             log.warning("chord %s failed: %s", gid, reason)
             error = ChordError(reason)
             error.__cause__ = exc
@@ -315,3 +324,15 @@ class ZkQueueBackend(KeyValueStoreBackend):
 
     def __reduce__(self, args: tuple = (), kwargs: dict | None = None) -> Any:
         return super().__reduce__(args, dict(kwargs or {}, url=self.url))
+
+
+def _failed_part(results: Any) -> str | None:
+    """The id of the first task of a chord header (nested groups included) that ended in a failure state."""
+    for result in results.results:
+        if hasattr(result, "results"):
+            found = _failed_part(result)
+            if found is not None:
+                return found
+        elif result.state in states.PROPAGATE_STATES:
+            return result.id
+    return None

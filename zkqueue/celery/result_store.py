@@ -201,11 +201,17 @@ class ResultStore:
         when another writer got there first, read again and decide again. Whether something was written.
 
         After a lost connection the write is decided again on what is then stored, so a write that did commit
-        is seen (``decide`` must be ready to see its own value)."""
+        is seen (``decide`` must be ready to see its own value). The first try decides on "nothing stored" and
+        creates the node (a result's first write: one round trip); a node already there fails that create, and the
+        write is decided again on what is stored."""
         self.ensure()
+        optimistic = True  # most writes are a task's first result: try a create before reading (one round trip)
         while True:
-            current = self.read(path)
+            guessed, optimistic = optimistic, False
+            current = None if guessed else self.read(path)
             value = decide(current)
+            if guessed and (value is None or len(value) > self.inline_max):
+                continue  # decide on what is stored (a large value's blob is written before its multi fails)
             if value is None:
                 return False
             try:
