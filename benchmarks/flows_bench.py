@@ -2,13 +2,21 @@
 
 One worker process (``Flow.work(concurrency=4)``: four step handlers at once across the steps, on the worker
 runtime) is started first and reports READY
-(untimed). Timing starts at the first ``Flow.add`` (one multi per flow job: its record and its first step's item)
-and ends when every step queue is empty after the last add, seen by a listing every 5 ms: each flow job then
-went through three hand-offs (a step's end, the flow record's update and the next step's item in one multi).
-Every flow record is read back afterwards; ``jobs`` counts those COMPLETED with the right results.
+(untimed). Timing starts at the first ``Flow.add`` (one multi per flow job: its record and its first step's item;
+``INFLIGHT`` = 50 adds in flight, from as many threads) and ends when every step queue is empty after the last
+add, seen by a listing every 5 ms: each flow job then went through three hand-offs (a step's end, the flow
+record's update and the next step's item in one multi). Every flow record is read back afterwards; ``jobs``
+counts those COMPLETED with the right results.
+
+The peer, run in the same section (each repeat runs both): BullMQ 6.7's FlowProducer on a private local
+``redis-server``, the same chain as a 3-level parent/child tree, 50 adds in flight, a Worker per step queue at
+the same concurrency (``benchmarks/bullmq_flows.mjs``); its end is the 'completed' event of the last root job.
+The row's ``ratio`` is zkqueue's median over BullMQ's. BullMQ's row is "n/a" with the reason when Node, npm (the
+first run installs BullMQ into ``benchmarks/.node/``) or ``redis-server`` is missing.
 
     python -m benchmarks.flows_bench section --hosts HOSTS [--count 500]
     python -m benchmarks.flows_bench worker --hosts HOSTS --path PATH      (the worker process)
+    python -m benchmarks.flows_bench threads [--steps 5] [--concurrency 4]  (threads of a flow worker at work)
 """
 
 from __future__ import annotations
@@ -20,10 +28,14 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 STEPS = ("a", "b", "c")
+#: Adds in flight (threads adding at once), as the BullMQ peer's FlowProducer.add calls.
+INFLIGHT = 50
+_MJS = str(Path(__file__).with_name("bullmq_flows.mjs"))
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -76,8 +88,8 @@ def run_once(hosts: str, count: int, max_seconds: float, concurrency: int = 4) -
             raise RuntimeError("the flows worker did not start")
         worker_start = time.monotonic() - t_spawn
         t0 = time.time()
-        for i in range(count):
-            flow.add({"n": i}, job_id=f"f{i}")
+        with ThreadPoolExecutor(INFLIGHT) as adders:
+            list(adders.map(lambda i: flow.add({"n": i}, job_id=f"f{i}"), range(count)))
         t_added = time.time()
         done_at = None
         while time.time() - t0 < max_seconds:
@@ -108,29 +120,122 @@ def run_once(hosts: str, count: int, max_seconds: float, concurrency: int = 4) -
         client.close()
 
 
-def run_section(hosts: str, count: int, repeats: int, max_seconds: float) -> dict[str, Any]:
-    """The ``flows`` row: ``repeats`` runs, their median rate (flow jobs/s)."""
-    runs = []
-    for _ in range(repeats):
-        try:
-            runs.append(run_once(hosts, count, max_seconds))
-        except Exception as exc:  # noqa: BLE001 - recorded; the other runs go on
-            runs.append({"impl": "zkqueue", "error": repr(exc)[:300], "rate": 0.0, "complete": False})
+def run_bullmq(server: Any, home: Path, count: int, max_seconds: float, concurrency: int = 4) -> dict[str, Any]:
+    """One run of BullMQ's FlowProducer row on ``server`` (see the module doc)."""
+    from benchmarks.jobs_live import _installed_version, node_executable  # noqa: PLC0415
+    from benchmarks.jobs_peers import WorkerProcess  # noqa: PLC0415
+
+    node = node_executable()
+    if node is None:
+        raise RuntimeError("node is not installed")
+    argv = ["run", "--host", server.host, "--port", str(server.port), "--prefix", f"flows-{uuid.uuid4().hex[:8]}",
+            "--count", str(count), "--concurrency", str(concurrency), "--inflight", str(INFLIGHT)]
+    proc = WorkerProcess(argv, command=[node, _MJS], tags=("READY", "ADDED", "DONE", "CHECKED"),
+                         env={"BULLMQ_HOME": str(home)})
+    try:
+        t_spawn = time.monotonic()
+        if proc.expect("READY", 60.0) is None:
+            raise RuntimeError(f"BullMQ flows process not ready in 60 s: {proc.stderr_tail()}")
+        worker_start = time.monotonic() - t_spawn
+        proc.send("GO")
+        added = proc.expect("ADDED", max_seconds)
+        if added is None:
+            raise RuntimeError(f"BullMQ adds did not finish in {max_seconds:g} s: {proc.stderr_tail()}")
+        t0, t_added = float(added["t0"]), float(added["t_added"])
+        done = proc.expect("DONE", max(0.0, t0 + max_seconds - time.time()))
+        t_end = float(done["t_done"]) if done else t0 + max_seconds
+        proc.send("CHECK")
+        checked = proc.expect("CHECKED", 120.0) or {}
+        ok = int(checked.get("correct", 0)) if done else 0
+        seconds = t_end - t0
+        return {"impl": "bullmq", "jobs": ok, "count": count, "seconds": round(seconds, 6),
+                "rate": round(ok / seconds, 1) if seconds > 0 else 0.0, "add_seconds": round(t_added - t0, 6),
+                "complete": done is not None and ok == count, "worker_start_seconds": round(worker_start, 3),
+                "steps": len(STEPS), "concurrency": concurrency, "inflight": INFLIGHT,
+                "version": _installed_version(home, "bullmq")}
+    finally:
+        proc.close()
+
+
+def run_section(hosts: str, count: int, repeats: int, max_seconds: float, *, bullmq: bool = True) -> dict[str, Any]:
+    """The ``flows`` row: ``repeats`` runs of zkqueue and of BullMQ's FlowProducer (one after the other in each
+    repeat), their median rates (flow jobs/s) and ``ratio`` (zkqueue's median over BullMQ's)."""
+    runs: list[dict[str, Any]] = []
+    peer: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    with contextlib.ExitStack() as stack:
+        server = home = None
+        if bullmq:
+            try:
+                from benchmarks.jobs_live import ensure_bullmq  # noqa: PLC0415
+                from benchmarks.jobs_peers import redis_server  # noqa: PLC0415
+
+                home = ensure_bullmq()
+                server = stack.enter_context(redis_server())
+                peer = {"status": "ok", "runs": []}
+            except Exception as exc:  # noqa: BLE001 - the peer's row says why
+                peer = {"status": "n/a", "reason": str(exc)[:300]}
+        for _ in range(repeats):
+            try:
+                runs.append(run_once(hosts, count, max_seconds))
+            except Exception as exc:  # noqa: BLE001 - recorded; the other runs go on
+                runs.append({"impl": "zkqueue", "error": repr(exc)[:300], "rate": 0.0, "complete": False})
+            if server is not None and home is not None:
+                try:
+                    peer["runs"].append(run_bullmq(server, home, count, max_seconds))
+                except Exception as exc:  # noqa: BLE001 - recorded; the other runs go on
+                    peer["runs"].append({"impl": "bullmq", "error": repr(exc)[:300], "rate": 0.0, "complete": False})
     rates = sorted(r["rate"] for r in runs)
-    return {"status": "ok", "count": count, "repeats": repeats, "steps": len(STEPS), "runs": runs,
-            "median": rates[len(rates) // 2] if rates else 0.0}
+    median = rates[len(rates) // 2] if rates else 0.0
+    out = {"status": "ok", "count": count, "repeats": repeats, "steps": len(STEPS), "runs": runs, "median": median,
+           "inflight": INFLIGHT, "bullmq": peer}
+    if peer.get("runs"):
+        peer_rates = sorted(r["rate"] for r in peer["runs"])
+        peer["median"] = peer_rates[len(peer_rates) // 2]
+        out["ratio"] = round(median / peer["median"], 3) if peer["median"] else None
+    return out
+
+
+def count_threads(hosts: str, steps: int = 5, concurrency: int = 4) -> dict[str, Any]:
+    """Threads of this process (``threading.enumerate()``) before a flow of ``steps`` linear steps starts, and
+    while its worker (``work(concurrency=...)``) runs 20 flow jobs: the weight of a flow worker."""
+    import collections  # noqa: PLC0415
+    import re  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from zkqueue.flows import Flow  # noqa: PLC0415
+
+    client = _client(hosts)
+    before = threading.active_count()
+    names = [f"s{i}" for i in range(steps)]
+    flow = Flow(client, f"/bench-threads-{uuid.uuid4().hex[:8]}")
+    for name, nxt in zip(names, (*names[1:], None)):
+        flow.step(name, lambda job: 1, next=nxt)
+    with flow, flow.work(concurrency=concurrency):
+        ids = [flow.add({}) for _ in range(20)]
+        for job_id in ids:
+            flow.wait(job_id, timeout=60)
+        threads = threading.enumerate()
+    kinds = collections.Counter(re.sub(r"-/bench-threads-\w+(/steps/s\d+/queue)?", "", t.name) for t in threads)
+    with contextlib.suppress(Exception):
+        client.delete(flow.paths.root, recursive=True)
+    client.stop()
+    client.close()
+    return {"steps": steps, "concurrency": concurrency, "process_threads": len(threads),
+            "before_flow": before, "flow_threads": len(threads) - before, "by_kind": dict(sorted(kinds.items()))}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.flows_bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("section", "worker"))
+    ap.add_argument("mode", choices=("section", "worker", "threads"))
+    ap.add_argument("--steps", type=int, default=5, help="threads: the flow's steps")
     ap.add_argument("--hosts", help="the ZooKeeper connect string (section: default an embedded 3-node ensemble)")
     ap.add_argument("--path", help="worker: the flow's path")
     ap.add_argument("--count", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-seconds", type=float, default=120.0)
+    ap.add_argument("--no-bullmq", action="store_true", help="section: skip BullMQ's FlowProducer row")
     args = ap.parse_args(argv)
     if args.mode == "worker":
         if not (args.hosts and args.path):
@@ -142,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
             from zkqueue.server.embedded import ZooKeeperEnsemble
 
             hosts = stack.enter_context(ZooKeeperEnsemble(size=3)).connect_string
-        print(json.dumps(run_section(hosts, args.count, args.repeats, args.max_seconds), indent=2), flush=True)
+        if args.mode == "threads":
+            print(json.dumps(count_threads(hosts, args.steps, args.concurrency), indent=2), flush=True)
+            return 0
+        print(json.dumps(run_section(hosts, args.count, args.repeats, args.max_seconds, bullmq=not args.no_bullmq),
+                         indent=2), flush=True)
     return 0
 
 

@@ -14,6 +14,25 @@ from rich.table import Table
 IMPL_LABELS = {"zkqueue": "zkqueue", "curator": "Curator 5.9.0", "kazoo": "kazoo 2.11"}
 
 
+def canvas_notes(report: dict[str, Any]) -> list[str]:
+    """The canvas row's lines: completed chords/s (chords of 100 members) beside BullMQ's parent with 100 children."""
+    canvas = report.get("canvas") or {}
+    if canvas.get("status") != "ok":
+        return [f"canvas: n/a ({canvas['reason']})"] if canvas.get("reason") not in (None, "not run") else []
+    runs = canvas.get("runs", [])
+    state = "complete" if runs and all(r.get("complete") for r in runs) else "INCOMPLETE"
+    out = [f"canvas: {canvas['count']} chords of {canvas['members']} members, one worker process: "
+           f"{canvas['median']:.2f} chords/s (median of {canvas['repeats']}, {state})"]
+    peer = canvas.get("bullmq") or {}
+    if peer.get("median") is not None:
+        out.append(f"canvas: BullMQ {peer['runs'][0].get('version') or ''} FlowProducer, a parent with "
+                   f"{canvas['members']} children, same run: {peer['median']:.2f} flows/s; zkqueue / BullMQ = "
+                   f"{canvas.get('ratio')}")
+    elif peer:
+        out.append(f"canvas: BullMQ FlowProducer: n/a ({peer.get('reason', '')})")
+    return out
+
+
 def summarize(runs: list[dict[str, Any]], metric: str) -> dict[str, Any]:
     """Median, min, max and half-range spread (% of the median) of ``metric`` over the runs that have it."""
     values = [float(r[metric]) for r in runs if r.get(metric) is not None]
@@ -569,8 +588,16 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
         state = "complete" if runs and all(r.get("complete") for r in runs) else "INCOMPLETE"
         console.print(f"flows: {flows['count']} flow jobs through a {flows['steps']}-step linear flow, one worker "
                       f"process: {flows['median']:.1f} flow jobs/s (median of {flows['repeats']}, {state})")
+        peer = flows.get("bullmq") or {}
+        if peer.get("median") is not None:
+            console.print(f"flows: BullMQ {peer['runs'][0].get('version') or ''} FlowProducer, same chain, same run: "
+                          f"{peer['median']:.1f} flows/s; zkqueue / BullMQ = {flows.get('ratio')}")
+        elif peer:
+            console.print(f"flows: BullMQ FlowProducer: n/a ({peer.get('reason', '')})")
     elif (report.get("jobs") or {}).get("reason"):
         console.print(f"jobs workload: n/a ({report['jobs']['reason']})")
+    for line in canvas_notes(report):
+        console.print(line, markup=False, highlight=False)
     ordered = progress_table(report)
     if ordered is not None:
         console.print(ordered)

@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs-count", type=int, help="jobs per run of the jobs workload (default 2000; quick 200)")
     p.add_argument("--no-flows", action="store_true", help="skip the flows row (flow jobs/s, 3-step linear flow)")
     p.add_argument("--flows-count", type=int, help="flow jobs per run of the flows row (default 500; quick 100)")
+    p.add_argument("--no-canvas", action="store_true", help="skip the canvas row (chords of 100 members/s)")
+    p.add_argument("--canvas-count", type=int, help="chords per run of the canvas row (default 30; quick 10)")
     p.add_argument("--no-aio", action="store_true",
                    help="skip the aio rows (zkqueue.aio against arq and SAQ: async adds/s, I/O-bound jobs/s)")
     p.add_argument("--aio-adds", type=int, help="adds per run of the aio add row (default 10000; quick 1000)")
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:16} {w.label}  [{', '.join(w.impls)}]  target {w.target.text}")
         return 0
     if args.only:
-        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows", "scheduled", "aio",
+        wanted = {x.strip() for x in args.only.split(",")} - {"jobs", "progress", "flows", "canvas", "scheduled", "aio",
                                                                     "jobs_live", "celery_brokers"}
         unknown = wanted - {w.name for w in plan}
         if unknown:
@@ -203,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                                                 or "celery_brokers" in {x.strip() for x in args.only.split(",")})
     flows: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     flows_on = not args.no_flows and (not args.only or "flows" in {x.strip() for x in args.only.split(",")})
+    canvas: dict[str, Any] = {"status": "n/a", "reason": "not run"}
+    canvas_on = not args.no_canvas and (not args.only or "canvas" in {x.strip() for x in args.only.split(",")})
     scheduled: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     scheduled_on = not args.no_scheduled and (not args.only or "scheduled" in {x.strip() for x in args.only.split(",")})
     sched = scheduled_settings(args)
@@ -231,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console, transient=False) as progress:
                 task = progress.add_task("benchmarks", total=len(steps) + (1 if spark_on else 0) + (1 if jobs_on else 0)
-                                         + (1 if flows_on else 0) + (1 if scheduled_on else 0) + (1 if aio_on else 0)
+                                         + (1 if flows_on else 0) + (1 if canvas_on else 0)
+                                         + (1 if scheduled_on else 0) + (1 if aio_on else 0)
                                          + (1 if live_on else 0) + (1 if celery_on else 0))
                 if not args.no_warmup:
                     progress.update(task, description="warming up the servers and the JVM")
@@ -266,6 +271,13 @@ def main(argv: list[str] | None = None) -> int:
 
                     flows = run_flows(connect, args.flows_count or (100 if args.quick else 500), repeats,
                                       s.max_seconds * 3)
+                    progress.advance(task)
+                if canvas_on:
+                    progress.update(task, description="canvas: chords of 100 members")
+                    from benchmarks.canvas_bench import run_section as run_canvas  # noqa: PLC0415
+
+                    canvas = run_canvas(connect, args.canvas_count or (10 if args.quick else 30), repeats,
+                                        s.max_seconds * 3)
                     progress.advance(task)
                 if aio_on:
                     progress.update(task, description="aio: zkqueue.aio, arq, SAQ")
@@ -352,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": jobs,
         "progress": progress_row,
         "flows": flows,
+        "canvas": canvas,
         "aio": aio,
         "jobs_live": live,
         "celery_brokers": celery_brokers,

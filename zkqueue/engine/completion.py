@@ -425,8 +425,7 @@ class Completer:
         (built from the lease's ack ops): no request is sent."""
         if not held:
             return
-        with self._deferred_lock:
-            self._released.update(h.name for h in held)
+        # Not "released": their nodes are gone, and a released name is claimed again while a listing shows it.
         self._leases.release_blocks(self._leases.finished(held))
 
     def _release(self, fence: str | None, held: list[Held]) -> None:

@@ -28,7 +28,7 @@ from zkqueue.flows.model import FlowState, Next, StepJob
 from zkqueue.jobs import JobQueue, RetryPolicy
 from zkqueue.jobs import store as job_store
 from zkqueue.jobs.model import now_ms
-from zkqueue.jobs.scope import HeldJob
+from zkqueue.jobs.scope import HeldJob, finish_many, release_many
 
 log = logging.getLogger("zkqueue.flows.ends")
 
@@ -80,11 +80,12 @@ class StepRun:
                    view.before)
 
 
-def look(flow: EndedFlow, step: Step, job_id: str, run: int, attempt: int) -> StepView:
-    """Read the flow record of ``job_id`` (blocks) and build the job ``step``'s handler gets for its attempt number
-    ``attempt`` of the flow job's run ``run``; the view's job is None when that run is over (failed, or gone, or
-    another run is going on)."""
-    read = flow.handoff.read(job_id)
+def look(flow: EndedFlow, step: Step, job_id: str, run: int, attempt: int, read: Any = handoff.UNREAD) -> StepView:
+    """Read the flow record of ``job_id`` (blocks; unless ``read`` is what a read as the step job started gave) and
+    build the job ``step``'s handler gets for its attempt number ``attempt`` of the flow job's run ``run``; the
+    view's job is None when that run is over (failed, or gone, or another run is going on)."""
+    if read is handoff.UNREAD:
+        read = flow.handoff.read(job_id)
     rec = read[0] if read is not None else None
     if rec is None or rec.run != run or rec.state is not FlowState.RUNNING:
         return StepView(read, None, {})
@@ -120,6 +121,95 @@ def settle(flow: EndedFlow, run: StepRun, value: Any = None, error: BaseExceptio
     ending = Ending(ok=True, result=value, chosen=chosen, errors=step_errors(run.step.name, run.held.record),
                     data=changed)
     return COMPLETED if _end(flow, run.held, run.ref, ending, run.read) else RELEASED
+
+
+def settle_many(flow: EndedFlow, runs: list[tuple[StepRun, Any, BaseException | None]]) -> list[str]:
+    """:func:`settle` of many step jobs at once (``(run, value, error)`` each; ``error`` set: the attempt failed,
+    its flow record possibly unread, see :func:`fail`): the hand-offs commit many per multi
+    (:meth:`Handoff.end_many <zkqueue.flows.handoff.Handoff.end_many>`), the retries in one engine call. Returns
+    each one's outcome, in order; an exit exception gives back the jobs not ended yet and is raised."""
+    out: list[str | None] = [None] * len(runs)
+    todo: list[tuple[int, HeldJob, StepRef, Ending | None, Any, str]] = []
+    retries: list[tuple[int, HeldJob, Any]] = []
+    for i, (run, value, error) in enumerate(runs):
+        decided = _decide(flow, run, value, error)
+        if isinstance(decided, str):
+            out[i] = decided
+        elif decided[0] == RETRIED:
+            retries.append((i, run.held, decided[1]))
+        else:
+            _kind, ref, ending, read, done = decided
+            todo.append((i, run.held, ref, ending, read, done))
+    try:
+        if retries:
+            finish_many([(held, completion) for _i, held, completion in retries])
+            for i, _held, _completion in retries:
+                out[i] = RETRIED
+        if todo:
+            outcomes = flow.handoff.end_many([(ref, ending, read) for _i, _h, ref, ending, read, _d in todo])
+            for (i, held, ref, _ending, _read, done), outcome in zip(todo, outcomes):
+                out[i] = done if _ended(held, ref, outcome) else RELEASED
+    except BaseException:
+        release_many([run.held for (run, _v, _e), o in zip(runs, out) if o is None])
+        raise
+    return [o if o is not None else RELEASED for o in out]
+
+
+def _decide(flow: EndedFlow, run: StepRun, value: Any, error: BaseException | None) -> Any:
+    """What :func:`settle_many` does with one run: an outcome already committed (a string), ``(RETRIED,
+    completion)``, or ``("handoff", ref, ending, read, outcome)``: the hand-off to commit and its outcome if it
+    does."""
+    if run.job is None and error is None:
+        return ("handoff", run.ref, None, run.read, DROPPED)
+    if error is None:
+        try:
+            chosen = None
+            if isinstance(value, Next):
+                chosen = value.steps
+                for name in chosen:
+                    flow.definition.step(name)
+                value = value.result
+            changed = {k: v for k, v in run.job.data.items() if run.before.get(k, _MISSING) != v}  # type: ignore[union-attr]
+            try:
+                json.dumps([value, changed])
+            except (TypeError, ValueError) as exc:
+                raise SerializationError(f"step {run.step.name} returned a result (or data) that is not JSON: "
+                                         f"{exc}") from exc
+        except Exception as exc:
+            error = exc
+        else:
+            ending = Ending(ok=True, result=value, chosen=chosen, errors=step_errors(run.step.name, run.held.record),
+                            data=changed)
+            return ("handoff", run.ref, ending, run.read, COMPLETED)
+    step, held, record = run.step, run.held, run.held.record
+    trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
+    errors = record.failed(f"{type(error).__name__}: {error}", trace)
+    policy = flow.retry_of(step)
+    if policy.retries(error, record.attempts) and not isinstance(error, (ConfigurationError, SerializationError)):
+        delay = policy.delay(record.attempts)
+        log.warning("step %s of flow job %s failed (attempt %d of %d): %s: %s; again in %.1fs", step.name,
+                    record.id, record.attempts, policy.max_attempts, type(error).__name__, error, delay)
+        flow.handoff.counts.count(step.name, "retried")
+        return (RETRIED, job_store.retry(flow.queue(step.name).paths, record, held.version,
+                                         now_ms() + int(delay * 1000), errors))
+    log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,
+                record.attempts, type(error).__name__, error)
+    dead = StepRef(step.name, replace(record, errors=errors), run.ref.version, run.ref.ack_ops)
+    return ("handoff", dead, Ending(ok=False, errors=step_errors(step.name, dead.record)), run.read, DEAD)
+
+
+def _ended(held: HeldJob, ref: StepRef, outcome: Any) -> bool:
+    """After :meth:`Handoff.end_many`: let the engine know how ``held``'s hand-off went; whether it committed."""
+    if isinstance(outcome, Exception):
+        log.warning("step %s of flow job %s could not hand off (%r): given back for a retry", ref.step,
+                    ref.job_id, outcome)
+        held.release()
+        return False
+    if outcome == handoff.OK:
+        held.forget()
+        return True
+    held.release()
+    return False
 
 
 def fail(flow: EndedFlow, step: Step, held: HeldJob, error: BaseException) -> str:
@@ -171,4 +261,4 @@ def _end(flow: EndedFlow, held: HeldJob, ref: StepRef, ending: Ending | None, re
 _MISSING = object()
 
 __all__ = ["COMPLETED", "DEAD", "DROPPED", "RELEASED", "RETRIED", "EndedFlow", "StepRun", "StepView", "fail", "look",
-           "settle"]
+           "settle", "settle_many"]

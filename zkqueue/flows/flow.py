@@ -25,6 +25,7 @@ from zkqueue.errors import (
     WaitTimeoutError,
 )
 from zkqueue.flows import model, store
+from zkqueue.flows.adds import AddCommits
 from zkqueue.flows.definition import Definition, Step, check_name, make_step
 from zkqueue.flows.handoff import RECONNECT_WAIT, Handoff
 from zkqueue.flows.model import FlowJob, FlowRecord, FlowState
@@ -34,6 +35,7 @@ from zkqueue.jobs import JobQueue, Keep, RetryPolicy, hooks, names
 from zkqueue.jobs import store as job_store
 from zkqueue.jobs.model import check_headers, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
+from zkqueue.jobs.services import Services
 
 log = logging.getLogger("zkqueue.flows.flow")
 
@@ -71,8 +73,7 @@ class Flow:
             raise ConfigurationError(f"reap_interval must be seconds > 0, got {reap_interval!r}")
         self.keep = keep
         self._reap_interval = float(reap_interval)
-        self._reaper: threading.Thread | None = None
-        self._reaper_stop = threading.Event()
+        self._reaper: Callable[[], None] | None = None  # cancels the reaping on the client's shared thread
         self.reaped = 0  # finished flow records deleted by reap()
         self.definition = Definition()
         self.handoff = Handoff(client, self.paths, self.definition, lambda name: self.queue(name).paths, self._acl)
@@ -83,6 +84,8 @@ class Flow:
         self._state = "new"
         self._create = True  # False: opened read-only by start(create=False)
         self.unreadable = 0  # flow records the last jobs() could not read
+        #: Adds made at the same time (from many threads) commit together, many per multi.
+        self._adds = AddCommits(lambda ops: commit(self.client, ops))
 
     # ------------------------------------------------------------------------------------------ definition
     def step(self, name: str, handler: Callable[[Any], Any], *, next: str | Sequence[str] | None = None,  # noqa: A002
@@ -117,7 +120,8 @@ class Flow:
             retry = self.retry_of(step) if step is not None else self.retry
             jq = JobQueue(self.client, self.paths.step(name), retry=retry, acl=self._acl, reap_interval=3600.0,
                           on_exhausted=self.handoff.exhausted(name),
-                          rate_limit=step.rate_limit if step is not None else None)
+                          rate_limit=step.rate_limit if step is not None else None,
+                          scheduler=False)  # steps have no repeats: no scheduler thread per step
             self._queues[name] = jq
             start = self._state == "started" and self._create
         if start:
@@ -164,9 +168,8 @@ class Flow:
             self._state = "closed"
             queues = list(self._queues.values())
             reaper, self._reaper = self._reaper, None
-        self._reaper_stop.set()
-        if reaper is not None and reaper is not threading.current_thread():
-            reaper.join(10.0)
+        if reaper is not None:
+            reaper()
         for worker in workers:
             worker.stop(timeout)
         for jq in queues:
@@ -249,7 +252,7 @@ class Flow:
                 ops += store.queue_ops(self.client, [step_paths], job_id, run, self._acl, stale=attempt > 0,
                                        headers=headers, priority=priority, due_ms=due,
                                        place=lambda record: step_queue.new_item_prefix(record, fresh=attempt > 0))
-                result = commit(self.client, ops)
+                result = self._adds.commit(ops)  # with the adds of other threads, many per multi
             except CONNECTION_ERRORS as exc:
                 log.warning("adding flow job %s lost its connection (%r); checking", job_id, exc)
                 lost = True
@@ -330,12 +333,8 @@ class Flow:
         worker = FlowWorker(self, chosen, concurrency, timeout=timeout, prefetch=prefetch)
         with self._lock:
             self._workers.append(worker)
-            reaper = None
-            if self.keep is not None and self._reaper is None:
-                reaper = self._reaper = threading.Thread(target=self._reap_forever, daemon=True,
-                                                         name=f"zkqueue-flow-reaper-{self.paths.root}")
-        if reaper is not None:
-            reaper.start()
+            if self.keep is not None and self._reaper is None:  # on the client's one reaper thread
+                self._reaper = Services.of(self.client).every(self._reap_interval, self._reap_once)
         return worker
 
     # ------------------------------------------------------------------------------------------ control
@@ -375,13 +374,12 @@ class Flow:
             log.info("reaped %d finished flow record(s) of %s", deleted, self.paths.root)
         return deleted
 
-    def _reap_forever(self) -> None:
-        while not self._reaper_stop.wait(self._reap_interval):
-            try:
-                self.reap()
-            except Exception:
-                log.warning("reaping the flow records of %s failed; again in %.0fs", self.paths.root,
-                            self._reap_interval, exc_info=True)
+    def _reap_once(self) -> None:
+        try:
+            self.reap()
+        except Exception:
+            log.warning("reaping the flow records of %s failed; again in %.0fs", self.paths.root,
+                        self._reap_interval, exc_info=True)
 
     def stats(self) -> dict[str, dict[str, int]]:
         """What this instance did so far, per step: ``added`` (step jobs queued by its :meth:`add` and by its

@@ -152,13 +152,19 @@ class Handoff:
                 self.counts.count(name, "added")
 
     # ------------------------------------------------------------------------------------------ committing
-    def end(self, ref: StepRef, ending: Ending | None, read: Any = UNREAD) -> str:
+    def end(self, ref: StepRef, ending: Ending | None, read: Any = UNREAD, *, token: str | None = None,
+            ambiguous: bool = False, raced: bool = False) -> str:
         """Commit the end of ``ref`` (``ending`` None: drop it), built first from ``read`` (what :meth:`read` gave
         the caller, if it asked). Returns :data:`OK` or :data:`LOST`; raises
-        :class:`~zkqueue.errors.QueueStateError` when it could not (the caller gives the job back)."""
-        token = uuid.uuid4().hex[:16]
-        ambiguous = False
-        stale = False  # the first try expects no leftover step records of an earlier run (a failure looks)
+        :class:`~zkqueue.errors.QueueStateError` when it could not (the caller gives the job back).
+
+        :meth:`end_many` passes on a hand-off it could not commit in its batch: its ``token`` and whether the
+        batch's reply was lost (``ambiguous``: the flow record tells whether it committed), or whether it lost a
+        version race there (``raced``: the record is read again first)."""
+        token = token or uuid.uuid4().hex[:16]
+        stale = raced  # the first try expects no leftover step records of an earlier run (a failure looks)
+        if raced or ambiguous:
+            read = UNREAD
         tally: dict[str, Any] = {}  # what the last multi built would count
         for attempt in range(MAX_TRIES):
             if attempt > 0 or read is UNREAD:
@@ -200,6 +206,124 @@ class Handoff:
             log.debug("hand-off of %s/%s raced (%r at op %s); again", ref.step, ref.job_id, result.failure, failed)
             time.sleep(RACE_BACKOFF.delay(attempt + 1))
         raise QueueStateError(f"hand-off of step {ref.step} of flow job {ref.job_id} kept racing; given back")
+
+    def read_many(self, job_ids: list[str]) -> list[tuple[FlowRecord, int] | None]:
+        """:meth:`read` of many flow records, in one multiRead (a subclass that reads its records elsewhere is
+        read one by one through its own :meth:`read`)."""
+        if not job_ids:
+            return []
+        if type(self).read is not Handoff.read:
+            return [self.read(job_id) for job_id in job_ids]
+        replies = api.multi_read(self._client, [self._paths.flow(job_id) for job_id in job_ids])
+        out: list[tuple[FlowRecord, int] | None] = []
+        for job_id, reply in zip(job_ids, replies):
+            if isinstance(reply, BaseException):
+                out.append(None)
+                continue
+            try:
+                out.append((FlowRecord.decode(reply[0]), reply[1].version))
+            except CorruptItemError as exc:
+                log.error("the flow record of %s is unreadable (%s): its step jobs are dropped", job_id, exc)
+                out.append(None)
+        return out
+
+    def end_many(self, items: list[tuple[StepRef, Ending | None, Any]]) -> list[str | Exception]:
+        """:meth:`end` of many step jobs (``(ref, ending, read)`` each), many hand-offs per multi: the groups
+        (each one step's fenced ack with its flow record's update and next steps' jobs) are packed into as few
+        multis as fit, sent pipelined; a multi that fails is split: the group whose op failed (a version race, a
+        lost lease) is ended alone by :meth:`end` (read again, built again), the others are sent again. Two ends
+        of one flow record never share a batch (the later goes alone after it): each sees the other's update, so a
+        fan-in queues its join exactly once. Per item :data:`OK`, :data:`LOST`, or the exception :meth:`end`
+        would raise."""
+        out: list[str | Exception | None] = [None] * len(items)
+        alone: list[tuple[int, dict[str, Any]]] = []  # (item, end() keywords): after the batch, one by one
+        unread = [i for i, (ref, _e, read) in enumerate(items) if read is UNREAD and ref.ack_ops is not None]
+        reads = dict(zip(unread, self.read_many([items[i][0].job_id for i in unread]))) if unread else {}
+        groups: list[tuple[int, str, list[Any], int, dict[str, Any], bool]] = []  # item, token, ops, fence, tally
+        records: set[Any] = set()
+        for i, (ref, ending, read) in enumerate(items):
+            read = reads.get(i, read)
+            key = read[0].id if isinstance(read, tuple) else ref.job_id
+            if ref.ack_ops is None or read is UNREAD or key in records:
+                alone.append((i, {}))
+                continue
+            records.add(key)
+            token, tally = uuid.uuid4().hex[:16], {}
+            try:
+                ops = self._build(ref, ending, token, read, False, tally)
+                ops, first = ref.ack_ops(ops)
+            except Exception as exc:  # noqa: BLE001 - given back by the caller, as end() raising
+                out[i] = exc
+                continue
+            groups.append((i, token, ops, 1 + first, tally, read is None))
+        pending = list(range(len(groups)))
+        while pending:
+            chunks = self._pack([groups[g][2] for g in pending], pending)
+            sent = []
+            for chunk in chunks:
+                ops = [op for g in chunk for op in groups[g][2]]
+                try:
+                    sent.append((chunk, ops, api.send_multi(self._client, ops)))
+                except CONNECTION_ERRORS:
+                    sent.append((chunk, ops, None))
+            pending = []
+            for chunk, ops, reply in sent:
+                try:
+                    result = reply.result() if reply is not None else None
+                except CONNECTION_ERRORS as exc:
+                    log.warning("a batch of %d hand-off(s) lost its reply (%r); checking each", len(chunk), exc)
+                    result = None
+                if result is None:  # committed or not: each one's flow record says (its token)
+                    alone.extend((groups[g][0], {"token": groups[g][1], "ambiguous": True}) for g in chunk)
+                    continue
+                if result.ok:
+                    for g in chunk:
+                        i, _token, _ops, _fence, tally, unrecorded = groups[g]
+                        if unrecorded:
+                            self.skipped += 1
+                            log.warning("step %s of flow job %s has no flow record: dropped", items[i][0].step,
+                                        items[i][0].job_id)
+                        self._tally(tally)
+                        out[i] = OK
+                    continue
+                failed = result.failed_index
+                at, owner = 0, None
+                for g in chunk:
+                    if failed is not None and at <= failed < at + len(groups[g][2]):
+                        owner = g
+                        break
+                    at += len(groups[g][2])
+                if owner is None:  # no op named: each goes alone
+                    alone.extend((groups[g][0], {"raced": True}) for g in chunk)
+                    continue
+                self.races += 1
+                alone.append((groups[owner][0], {"raced": True}))
+                pending.extend(g for g in chunk if g != owner)
+            pending.sort()
+        if any(k.get("ambiguous") for _i, k in alone):
+            wait_connected(self._client, RECONNECT_WAIT)
+        for i, keywords in sorted(alone):
+            ref, ending, read = items[i]
+            try:
+                out[i] = self.end(ref, ending, reads.get(i, read), **keywords)
+            except Exception as exc:  # noqa: BLE001 - per item, as end() raises it
+                out[i] = exc
+        return [o if o is not None else QueueStateError("not ended") for o in out]
+
+    def _pack(self, groups: list[list[Any]], ids: list[int]) -> list[list[int]]:
+        """``ids`` (one per group of ops, in order) cut into runs whose ops fit one multi each."""
+        budget = api.jute_max_buffer() - api.MULTI_SLACK
+        chunks: list[list[int]] = []
+        size = count = 0
+        for g, ops in zip(ids, groups):
+            g_size = sum(api.op_cost(op) for op in ops)
+            if not chunks or size + g_size > budget or count + len(ops) > api.MAX_MULTI_OPS:
+                chunks.append([])
+                size = count = 0
+            chunks[-1].append(g)
+            size += g_size
+            count += len(ops)
+        return chunks
 
     # ------------------------------------------------------------------------------------------ claim seam
     def exhausted(self, step: str) -> Callable[[Record, int], Completion | None]:

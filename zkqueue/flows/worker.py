@@ -30,19 +30,31 @@ import logging
 import threading
 from collections import Counter
 from concurrent.futures import Executor
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from zkqueue.errors import ConfigurationError
-from zkqueue.flows import ends, store
+from kazoo.exceptions import NoNodeError
+
+from zkqueue.engine import api
+from zkqueue.errors import ConfigurationError, CorruptItemError
+from zkqueue.flows import ends, handoff, store
 from zkqueue.flows.definition import Definition, Step
 from zkqueue.flows.handoff import Handoff
 from zkqueue.flows.limits import LimitedStep
 from zkqueue.jobs import JobQueue, RetryPolicy
+from zkqueue.flows.model import FlowRecord
 from zkqueue.jobs.model import Job
+from zkqueue.jobs.scope import HeldJob, release_many
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
 from zkqueue.runtime import Attempt, Driver, Route, ThreadDriver, Worker
 
 log = logging.getLogger("zkqueue.flows.worker")
+
+#: Step jobs a flow worker holds ahead of its free slots by default (at least ``8 * concurrency``): each claim and
+#: each start is one round trip whatever its size, so a step of short handlers is claimed in large batches.
+FLOW_PREFETCH = 128
+#: Step jobs whose attempts a flow worker counts ahead of its free slots (at least ``4 * concurrency``, at most the
+#: prefetch): see ``start_ahead`` of :class:`~zkqueue.runtime.Worker`.
+START_AHEAD = 32
 
 
 class WorkedFlow(Protocol):
@@ -61,6 +73,109 @@ class WorkedFlow(Protocol):
 #: A step job's call on its driver: ``call(step, job)`` returns ``(view, value)`` (:meth:`FlowWorker._run`), or an
 #: awaitable of it on the asyncio driver.
 StepCall = Callable[[Step, Job], Any]
+
+
+class StepSource:
+    """A step's job queue (or its :class:`~zkqueue.flows.limits.LimitedStep`) as the runtime claims from it, with
+    one thing more: as a batch of its step jobs starts (their attempts counted in one multi), their flow records
+    are read in one multiRead sent just before it, so a step job's handler does not wait for a read of its own
+    (:meth:`FlowWorker.look` takes the read kept for it)."""
+
+    def __init__(self, source: Any, step: Step, worker: FlowWorker) -> None:
+        self.source = source
+        self._step = step
+        self._worker = worker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.source, name)
+
+    def start_many(self, helds: Sequence[HeldJob]) -> list[HeldJob]:
+        handoff = self._worker._flow.handoff
+        ids = [h.record.id for h in helds if not h.counted]  # (those counted ahead were read as they were)
+        pending = (api.send_multi_read(self._worker._flow.client, [handoff._paths.flow(i) for i in ids])
+                   if ids and type(handoff).read is Handoff.read else None)
+        started = self.source.start_many(helds)
+        if pending is None or not started:
+            return started
+        try:
+            replies = pending.result()
+        except Exception:  # noqa: BLE001 - each handler reads its record itself then
+            log.debug("reading %d flow record(s) ahead failed", len(ids), exc_info=True)
+            return started
+        reads = dict(zip(ids, replies))
+        with self._worker._lock:
+            for held in started:
+                reply = reads.get(held.record.id)
+                if reply is None:
+                    continue
+                if isinstance(reply, NoNodeError):
+                    self._worker._reads[(self._step.name, held.record.id)] = None
+                elif not isinstance(reply, BaseException):
+                    try:
+                        read = (FlowRecord.decode(reply[0]), reply[1].version)
+                    except CorruptItemError:
+                        continue  # the handler's own read logs it
+                    self._worker._reads[(self._step.name, held.record.id)] = read
+        return started
+
+
+class _Committer:
+    """The threads that commit a flow worker's step ends, many per multi (:func:`zkqueue.flows.ends.settle_many`):
+    a handler's slot is free as soon as its end is queued here; :meth:`close` commits what is left. ``threads``
+    batches are under way at once (each takes every end queued when it starts): two ends of one flow record in
+    batches under way together race on its version, and the loser is built again (see
+    :meth:`Handoff.end_many <zkqueue.flows.handoff.Handoff.end_many>`)."""
+
+    def __init__(self, worker: FlowWorker, name: str, threads: int = 1) -> None:
+        self._worker = worker
+        self._cond = threading.Condition()
+        self._pending: list[tuple[Step, LimitedStep | None, Attempt]] = []
+        self._busy = 0
+        self._closing = False
+        #: Ends committed in batches (each a call of :func:`settle_many`) and the largest batch.
+        self.batches = 0
+        self.largest = 0
+        self._threads = [threading.Thread(target=self._loop, daemon=True, name=f"{name}-ends-{i}")
+                         for i in range(threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def put(self, step: Step, limited: LimitedStep | None, attempt: Attempt) -> None:
+        with self._cond:
+            self._pending.append((step, limited, attempt))
+            self._cond.notify_all()
+
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._pending and not self._busy
+
+    def close(self) -> None:
+        """Commit what is queued, then end the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, []
+                self._busy += 1
+            try:
+                self._worker._end_many(batch)
+            except BaseException:  # a bug of ours: logged loudly; the jobs were given back
+                log.critical("committing %d step end(s) failed", len(batch), exc_info=True)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self.batches += 1
+                    self.largest = max(self.largest, len(batch))
+                    self._cond.notify_all()
 
 
 class FlowWorker:
@@ -91,6 +206,9 @@ class FlowWorker:
         call = call if call is not None else self._run
         timeouts = timeouts or {}
         self._limited: list[LimitedStep] = []
+        self._reads: dict[tuple[str, str], Any] = {}  # (step, job id) -> its flow record read as it started
+        # Ends committed many per multi on a thread of their own, unless an executor was chosen for them.
+        self._committer = _Committer(self, name) if end_executor is None else None
         sources: list[Any] = []
         routes: dict[int, Route] = {}
         for step in steps:
@@ -101,13 +219,17 @@ class FlowWorker:
                                       concurrency, f"{name}-{step.name}")
                 self._limited.append(limited)
                 source = limited
+            source = StepSource(source, step, self)
             sources.append(source)
             routes[id(source)] = Route(driver, functools.partial(call, step),
                                        end=functools.partial(self._end, step, limited),
                                        timeout=timeouts.get(step.name), end_executor=end_executor)
         #: The worker runtime under this flow worker.
+        if prefetch is None:  # claims and starts are many per round trip: hold enough ahead to fill them
+            prefetch = max(FLOW_PREFETCH, 8 * concurrency)
         self.runtime = Worker(sources, lambda source, _job: routes[id(source)], [driver], concurrency=concurrency,
-                              timeout=timeout, prefetch=prefetch, block_leases=False, name=name)
+                              timeout=timeout, prefetch=prefetch, block_leases=False, name=name,
+                              start_ahead=min(prefetch, max(START_AHEAD, 4 * concurrency)))
         self.runtime.start()
 
     # ------------------------------------------------------------------------------------------ life cycle
@@ -116,6 +238,8 @@ class FlowWorker:
         within ``timeout`` seconds (None: as long as they take), then give the rest back (a cold stop, their
         attempt counted). Idempotent. True when every running handler finished (a warm stop)."""
         warm = self.runtime.stop(timeout)
+        if self._committer is not None:
+            self._committer.close()
         for limited in self._limited:
             limited.close()
         return warm
@@ -155,7 +279,9 @@ class FlowWorker:
     def look(self, step: Step, job: Job) -> ends.StepView:
         """Read the flow record of step job ``job`` (blocks): what its handler gets (:func:`zkqueue.flows.ends.look`);
         the view's job is None when the flow job's run is over (the step job is dropped unrun)."""
-        return ends.look(self._flow, step, job.id, store.run_in(job.params), job.attempts)
+        with self._lock:
+            read = self._reads.pop((step.name, job.id), handoff.UNREAD)
+        return ends.look(self._flow, step, job.id, store.run_in(job.params), job.attempts, read)
 
     def _run(self, step: Step, job: Job) -> tuple[ends.StepView, Any]:
         """A step job's call on its handler thread: read its flow record and run the handler (unless the flow job's
@@ -175,6 +301,9 @@ class FlowWorker:
         thread (or on ``end_executor``), or on the runtime's finisher for a timeout. ``attempt.result`` is the step
         call's ``(view, value)``. A late result of a timed-out attempt never comes here
         (the attempt refuses it)."""
+        if self._committer is not None:
+            self._committer.put(step, limited, attempt)
+            return
         held = attempt.held
         try:
             if attempt.error is not None:  # the handler (or the read before it) raised, or the attempt timed out
@@ -193,6 +322,36 @@ class FlowWorker:
             self._ends[outcome] += 1
             if outcome != ends.RELEASED:
                 self.handled += 1
+
+    def _end_many(self, batch: list[tuple[Step, LimitedStep | None, Attempt]]) -> None:
+        """Commit the ends of ``batch`` (see :class:`_Committer`): many hand-offs per multi."""
+        runs: list[tuple[ends.StepRun, Any, BaseException | None]] = []
+        for step, _limited, attempt in batch:
+            with self._lock:
+                self._reads.pop((step.name, attempt.held.record.id), None)
+            if attempt.error is not None:
+                runs.append((ends.StepRun.of(step, attempt.held, ends.StepView(handoff.UNREAD, None, {})), None,
+                             attempt.error))
+            else:
+                view, value = attempt.result
+                runs.append((ends.StepRun.of(step, attempt.held, view), value, None))
+        try:
+            outcomes = ends.settle_many(self._flow, runs)
+        except Exception:
+            with self._lock:
+                self.errors += len(batch)
+            log.exception("ending %d step job(s) failed; they are given back", len(batch))
+            release_many([attempt.held for _s, _l, attempt in batch])
+            outcomes = []
+        finally:
+            for _step, limited, attempt in batch:
+                if limited is not None:
+                    limited.done([attempt.held])
+        with self._lock:
+            for outcome in outcomes:
+                self._ends[outcome] += 1
+                if outcome != ends.RELEASED:
+                    self.handled += 1
 
 
 __all__ = ["FlowWorker", "StepCall", "WorkedFlow"]

@@ -87,6 +87,8 @@ class JobQueue:
     (a seam for the layers above) decides how a job out of attempts at claim time ends (see
     :class:`~zkqueue.jobs.claims.JobClaims`). ``rate_limit`` (a :class:`~zkqueue.jobs.rate.RateLimit`) bounds the
     jobs started per time window across every worker, take and claim of the queue, in every process.
+    ``scheduler=False``: this instance runs no scheduler of repeats (no thread, no election: the repeats of the
+    queue fire only where another instance runs one); a flow's step queues, which have no repeats, run none.
     """
 
     def __init__(
@@ -105,6 +107,7 @@ class JobQueue:
         rate_limit: RateLimit | None = None,
         park_after: float | None = 60.0,
         schedule_layout: Any = None,
+        scheduler: bool = True,
     ) -> None:
         if client is None:
             raise ConfigurationError("client is required")
@@ -126,6 +129,7 @@ class JobQueue:
                                  limiter_for(client, self.paths.root, rate_limit, self._acl),
                                  control=self._control)
         self._park_after = park_after
+        self._run_scheduler = bool(scheduler)
         self._schedule_layout = schedule_layout
         self._outcomes = JobOutcomes(self.paths, self._serializer, self.retry, self._acl,
                                      place=lambda name, due: self._engine.place_due(name, due))
@@ -181,9 +185,10 @@ class JobQueue:
                               self._reap_interval, f"zkqueue-reaper-{self.paths.root}",
                               chores=[self._reap_requests])
         self._reaper.start()
-        self._scheduler = Scheduler(self._client, self.paths, self._engine, self._acl,
-                                    on_added=lambda n: self._outcomes.count("added", n))
-        self._scheduler.start()  # fires the repeats while elected (see zkqueue.jobs.scheduler)
+        if self._run_scheduler:
+            self._scheduler = Scheduler(self._client, self.paths, self._engine, self._acl,
+                                        on_added=lambda n: self._outcomes.count("added", n))
+            self._scheduler.start()  # fires the repeats while elected (see zkqueue.jobs.scheduler)
 
     def close(self, timeout: float | None = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop the scheduler of repeats, every worker (running jobs get ``timeout`` seconds to finish, then are

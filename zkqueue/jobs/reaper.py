@@ -5,7 +5,6 @@ the count, or when an age bound is set; it deletes the oldest first, in batched 
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -63,8 +62,9 @@ def reap(client: Any, parent: str, keep: Keep) -> int:
 
 
 class Reaper:
-    """Runs :func:`reap` over ``(parent, keep)`` pairs every ``interval`` seconds on a daemon thread, and each of
-    ``chores`` (more clean-ups of the same kind: ``chore() -> how many nodes it deleted``)."""
+    """Runs :func:`reap` over ``(parent, keep)`` pairs every ``interval`` seconds, and each of ``chores`` (more
+    clean-ups of the same kind: ``chore() -> how many nodes it deleted``), on the one reaper thread of its client
+    (:class:`zkqueue.jobs.services.Services`), shared by every job queue and flow on that client."""
 
     def __init__(self, client: Any, targets: list[tuple[str, Keep]], interval: float, name: str,
                  chores: Sequence[Callable[[], int]] = ()) -> None:
@@ -72,27 +72,28 @@ class Reaper:
         self._targets = targets
         self._chores = list(chores)
         self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._name = name
+        self._cancel: Callable[[], None] | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        from zkqueue.jobs.services import Services  # noqa: PLC0415
+
+        self._cancel = Services.of(self._client).every(self._interval, self._pass)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(10.0)
+        cancel, self._cancel = self._cancel, None
+        if cancel is not None:
+            cancel()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            for parent, keep in self._targets:
-                try:
-                    reap(self._client, parent, keep)
-                except Exception:  # never dies; tried again next interval
-                    log.warning("reaping %s failed (tried again in %.0fs)", parent, self._interval, exc_info=True)
-            for chore in self._chores:
-                try:
-                    chore()
-                except Exception:  # never dies; tried again next interval
-                    log.warning("a clean-up of the reaper failed (tried again in %.0fs)", self._interval,
-                                exc_info=True)
+    def _pass(self) -> None:
+        for parent, keep in self._targets:
+            try:
+                reap(self._client, parent, keep)
+            except Exception:  # never dies; tried again next interval
+                log.warning("reaping %s failed (tried again in %.0fs)", parent, self._interval, exc_info=True)
+        for chore in self._chores:
+            try:
+                chore()
+            except Exception:  # never dies; tried again next interval
+                log.warning("a clean-up of the reaper failed (tried again in %.0fs)", self._interval,
+                            exc_info=True)

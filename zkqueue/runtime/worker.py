@@ -132,14 +132,17 @@ class Worker:
     ``max(concurrency, MIN_PREFETCH)``; held without an attempt counted); ``timeout``: seconds an attempt may run
     when its job has no ``timeout`` of its own (None: no limit); ``max_jobs``: stop after starting that many;
     ``block_leases``: claim under block leases (None: while handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`); ``log_jobs``: an INFO line as each
-    job starts and ends. Start it with :meth:`start` (or
+    job starts and ends. ``start_ahead``: jobs held ahead whose attempts the dispatcher counts with those it starts
+    (at most ``prefetch``; 0 by default), so that slots freed while a count's multi is under way are filled at
+    once: for handlers far shorter than a round trip (flow steps). Such a job given back on a stop is uncounted
+    again; only a worker that dies leaves its attempt counted. Start it with :meth:`start` (or
     ``with``); :meth:`stop` drains it.
     """
 
     def __init__(self, queues: Sequence[JobQueue], route: Router, drivers: Sequence[Driver], *,
                  concurrency: int = 1, prefetch: int | None = None, timeout: float | None = None,
                  max_jobs: int | None = None, block_leases: bool | None = None, name: str = "zkqueue",
-                 log_jobs: bool = False) -> None:
+                 log_jobs: bool = False, start_ahead: int = 0) -> None:
         if not queues:
             raise ConfigurationError("a worker needs at least one job queue")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -149,7 +152,10 @@ class Worker:
             raise ConfigurationError(f"prefetch must be an int >= 0 or None, got {prefetch!r}")
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
             raise ConfigurationError(f"max_jobs must be an int >= 1 or None, got {max_jobs!r}")
+        if isinstance(start_ahead, bool) or not isinstance(start_ahead, int) or start_ahead < 0:
+            raise ConfigurationError(f"start_ahead must be an int >= 0, got {start_ahead!r}")
         self.queues = list(queues)
+        self.start_ahead = min(start_ahead, prefetch) if max_jobs is None else 0
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.max_jobs = max_jobs
@@ -378,13 +384,19 @@ class Worker:
             with self._cond:
                 expired = self._expired()
                 batch: list[tuple[JobQueue, HeldJob]] = []
+                launch = 0
                 if not self._stopping.is_set():
                     free = self.concurrency - len(self._running)
                     if self.max_jobs is not None:
                         free = min(free, self.max_jobs - self._started_jobs)
+                    ahead = self.start_ahead if free > 0 else 0
                     while self._ready and free > 0:
                         batch.append(self._ready.popleft())
                         free -= 1
+                    launch = len(batch)
+                    while self._ready and ahead > 0 and not self._ready[0][1].counted:
+                        batch.append(self._ready.popleft())
+                        ahead -= 1
                     self._starting = len(batch)
                 elif not self._running and not self._starting:
                     return  # stopping, and nothing left to time
@@ -397,7 +409,7 @@ class Worker:
             if batch:
                 launched: set[int] = set()
                 try:
-                    self._start(batch, launched)
+                    self._start(batch, launched, launch)
                     failures = 0
                 except Exception:
                     failures += 1
@@ -425,25 +437,46 @@ class Worker:
                         attempt.source.paths.root, attempt.timeout)
             attempt.driver.abandon(attempt)
 
-    def _start(self, batch: list[tuple[JobQueue, HeldJob]], launched: set[int]) -> None:
-        """Count the attempts of ``batch`` (one engine call per queue) and launch the jobs that may run; the ids of
-        the jobs handed on (launched, or ended at once) go into ``launched``."""
+    def _start(self, batch: list[tuple[JobQueue, HeldJob]], launched: set[int], launch: int | None = None) -> None:
+        """Count the attempts of ``batch`` (one engine call per queue) and launch the jobs that may run, the first
+        ``launch`` of them (None: all); the others, counted ahead (``start_ahead``), go back to the head of the
+        jobs held. The ids of the jobs handed on (launched, held again, or ended at once) go into ``launched``."""
         by_queue: dict[int, tuple[JobQueue, list[HeldJob]]] = {}
         for queue, held in batch:
+            if held.counted and getattr(queue, "paused", False):  # counted ahead, and paused since: not started
+                launched.add(id(held))
+                with self._cond:
+                    self.counts["returned"] += 1
+                    self._returns.append((held, queue.outcomes.unstarted(held.claimed)))
+                    self._cond.notify_all()
+                continue
             by_queue.setdefault(id(queue), (queue, []))[1].append(held)
+        runnable: list[tuple[JobQueue, HeldJob]] = []
         for queue, helds in by_queue.values():
             started = queue.start_many(helds)
             launched.update(id(h) for h in helds)  # started, or given back by start_many
-            for held in started:
-                try:
-                    self._launch(queue, held)
-                except Exception:  # a bug of ours, or a read that waited too long: it goes back uncounted
-                    log.exception("launching job %s of %s failed; it is given back", held.record.id,
-                                  queue.paths.root)
-                    with self._cond:
-                        self.counts["returned"] += 1
-                        self._ends.append((held, queue.outcomes.unstarted(held.claimed)))
-                        self._cond.notify_all()
+            runnable.extend((queue, h) for h in started)
+        if launch is not None and len(runnable) > launch:
+            order = {id(h): i for i, (_q, h) in enumerate(batch)}
+            runnable.sort(key=lambda pair: order[id(pair[1])])
+            runnable, again = runnable[:launch], runnable[launch:]
+            with self._cond:
+                if self._stopping.is_set():  # the held ones were given back already: these go back uncounted
+                    self.counts["returned"] += len(again)
+                    self._returns.extend((h, q.outcomes.unstarted(h.claimed)) for q, h in again)
+                else:
+                    self._ready.extendleft(reversed(again))
+                self._cond.notify_all()
+        for queue, held in runnable:
+            try:
+                self._launch(queue, held)
+            except Exception:  # a bug of ours, or a read that waited too long: it goes back uncounted
+                log.exception("launching job %s of %s failed; it is given back", held.record.id,
+                              queue.paths.root)
+                with self._cond:
+                    self.counts["returned"] += 1
+                    self._ends.append((held, queue.outcomes.unstarted(held.claimed)))
+                    self._cond.notify_all()
 
     def _launch(self, queue: JobQueue, held: HeldJob) -> None:
         try:
