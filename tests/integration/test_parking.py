@@ -126,7 +126,8 @@ def test_one_mover_is_active_and_another_takes_over_on_close(zk_client) -> None:
         wait_for(lambda: b.mover_active, timeout=10)
         wait_for(lambda: len(queue_items(zk_client)) == 1, timeout=15)
         assert now_ms() < due  # moved ahead of its due time
-        assert b.stats().unparked == 1
+        # one move in all: the first mover may still have moved it before its close took effect (seen under load)
+        assert a.stats().unparked + b.stats().unparked == 1
     finally:
         a.close()
         b.close()
