@@ -181,19 +181,27 @@ def _decide(flow: EndedFlow, run: StepRun, value: Any, error: BaseException | No
             ending = Ending(ok=True, result=value, chosen=chosen, errors=step_errors(run.step.name, run.held.record),
                             data=changed)
             return ("handoff", run.ref, ending, run.read, COMPLETED)
+    decided = _failure(flow, run, error)
+    if decided[0] == RETRIED:
+        flow.handoff.counts.count(run.step.name, "retried")
+    return decided
+
+
+def _failure(flow: EndedFlow, run: StepRun, exc: BaseException) -> Any:
+    """What a failed attempt of ``run`` comes to, by the step's retry policy: ``(RETRIED, completion)`` (the retry
+    to commit), or ``("handoff", ref, ending, read, DEAD)`` (dead, handed off as a failure). Logs; commits nothing."""
     step, held, record = run.step, run.held, run.held.record
-    trace = "".join(tb.format_exception(type(error), error, error.__traceback__))
-    errors = record.failed(f"{type(error).__name__}: {error}", trace)
+    trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    errors = record.failed(f"{type(exc).__name__}: {exc}", trace)
     policy = flow.retry_of(step)
-    if policy.retries(error, record.attempts) and not isinstance(error, (ConfigurationError, SerializationError)):
+    if policy.retries(exc, record.attempts) and not isinstance(exc, (ConfigurationError, SerializationError)):
         delay = policy.delay(record.attempts)
         log.warning("step %s of flow job %s failed (attempt %d of %d): %s: %s; again in %.1fs", step.name,
-                    record.id, record.attempts, policy.max_attempts, type(error).__name__, error, delay)
-        flow.handoff.counts.count(step.name, "retried")
+                    record.id, record.attempts, policy.max_attempts, type(exc).__name__, exc, delay)
         return (RETRIED, job_store.retry(flow.queue(step.name).paths, record, held.version,
                                          now_ms() + int(delay * 1000), errors))
     log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,
-                record.attempts, type(error).__name__, error)
+                record.attempts, type(exc).__name__, exc)
     dead = StepRef(step.name, replace(record, errors=errors), run.ref.version, run.ref.ack_ops)
     return ("handoff", dead, Ending(ok=False, errors=step_errors(step.name, dead.record)), run.read, DEAD)
 
@@ -220,23 +228,13 @@ def fail(flow: EndedFlow, step: Step, held: HeldJob, error: BaseException) -> st
 
 
 def _failed(flow: EndedFlow, run: StepRun, exc: BaseException) -> str:
-    step, held, record = run.step, run.held, run.held.record
-    trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
-    errors = record.failed(f"{type(exc).__name__}: {exc}", trace)
-    policy = flow.retry_of(step)
-    if policy.retries(exc, record.attempts) and not isinstance(exc, (ConfigurationError, SerializationError)):
-        delay = policy.delay(record.attempts)
-        log.warning("step %s of flow job %s failed (attempt %d of %d): %s: %s; again in %.1fs", step.name,
-                    record.id, record.attempts, policy.max_attempts, type(exc).__name__, exc, delay)
-        held.finish(job_store.retry(flow.queue(step.name).paths, record, held.version,
-                                    now_ms() + int(delay * 1000), errors))
-        flow.handoff.counts.count(step.name, "retried")
+    decided = _failure(flow, run, exc)
+    if decided[0] == RETRIED:
+        run.held.finish(decided[1])
+        flow.handoff.counts.count(run.step.name, "retried")
         return RETRIED
-    log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,
-                record.attempts, type(exc).__name__, exc)
-    dead = StepRef(step.name, replace(record, errors=errors), run.ref.version, run.ref.ack_ops)
-    return DEAD if _end(flow, held, dead, Ending(ok=False, errors=step_errors(step.name, dead.record)),
-                        run.read) else RELEASED
+    _kind, dead, ending, read, _dead = decided
+    return DEAD if _end(flow, run.held, dead, ending, read) else RELEASED
 
 
 def _end(flow: EndedFlow, held: HeldJob, ref: StepRef, ending: Ending | None, read: Any) -> bool:
