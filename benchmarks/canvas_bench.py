@@ -162,39 +162,11 @@ def run_bullmq(server: Any, home: Path, count: int, max_seconds: float, concurre
 def run_section(hosts: str, count: int, repeats: int, max_seconds: float, *, bullmq: bool = True) -> dict[str, Any]:
     """The ``canvas`` row: ``repeats`` runs of zkqueue and of BullMQ's parent with 100 children (one after the other
     in each repeat), their median rates (completed chords/s) and ``ratio`` (zkqueue's median over BullMQ's)."""
-    runs: list[dict[str, Any]] = []
-    peer: dict[str, Any] = {"status": "n/a", "reason": "not run"}
-    with contextlib.ExitStack() as stack:
-        server = home = None
-        if bullmq:
-            try:
-                from benchmarks.jobs_live import ensure_bullmq  # noqa: PLC0415
-                from benchmarks.jobs_peers import redis_server  # noqa: PLC0415
+    from benchmarks.flows_bench import paired_section  # noqa: PLC0415
 
-                home = ensure_bullmq()
-                server = stack.enter_context(redis_server())
-                peer = {"status": "ok", "runs": []}
-            except Exception as exc:  # noqa: BLE001 - the peer's row says why
-                peer = {"status": "n/a", "reason": str(exc)[:300]}
-        for _ in range(repeats):
-            try:
-                runs.append(run_once(hosts, count, max_seconds))
-            except Exception as exc:  # noqa: BLE001 - recorded; the other runs go on
-                runs.append({"impl": "zkqueue", "error": repr(exc)[:300], "rate": 0.0, "complete": False})
-            if server is not None and home is not None:
-                try:
-                    peer["runs"].append(run_bullmq(server, home, count, max_seconds))
-                except Exception as exc:  # noqa: BLE001 - recorded; the other runs go on
-                    peer["runs"].append({"impl": "bullmq", "error": repr(exc)[:300], "rate": 0.0, "complete": False})
-    rates = sorted(r["rate"] for r in runs)
-    median = rates[len(rates) // 2] if rates else 0.0
-    out = {"status": "ok", "count": count, "members": MEMBERS, "repeats": repeats, "runs": runs, "median": median,
-           "inflight": INFLIGHT, "bullmq": peer}
-    if peer.get("runs"):
-        peer_rates = sorted(r["rate"] for r in peer["runs"])
-        peer["median"] = peer_rates[len(peer_rates) // 2]
-        out["ratio"] = round(median / peer["median"], 3) if peer["median"] else None
-    return out
+    paired = paired_section(lambda: run_once(hosts, count, max_seconds),
+                            lambda server, home: run_bullmq(server, home, count, max_seconds), repeats, bullmq=bullmq)
+    return {"status": "ok", "count": count, "members": MEMBERS, "repeats": repeats, "inflight": INFLIGHT, **paired}
 
 
 def main(argv: list[str] | None = None) -> int:

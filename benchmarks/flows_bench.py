@@ -157,9 +157,10 @@ def run_bullmq(server: Any, home: Path, count: int, max_seconds: float, concurre
         proc.close()
 
 
-def run_section(hosts: str, count: int, repeats: int, max_seconds: float, *, bullmq: bool = True) -> dict[str, Any]:
-    """The ``flows`` row: ``repeats`` runs of zkqueue and of BullMQ's FlowProducer (one after the other in each
-    repeat), their median rates (flow jobs/s) and ``ratio`` (zkqueue's median over BullMQ's)."""
+def paired_section(ours: Any, peer_run: Any, repeats: int, *, bullmq: bool = True) -> dict[str, Any]:
+    """``repeats`` runs of ``ours()`` and of ``peer_run(server, home)`` (BullMQ on a private redis-server), one after
+    the other in each repeat: ``runs``, ``median`` (zkqueue's), ``bullmq`` (its runs and median) and ``ratio``
+    (zkqueue's median over BullMQ's). A run that raises is recorded with its error and a rate of 0."""
     runs: list[dict[str, Any]] = []
     peer: dict[str, Any] = {"status": "n/a", "reason": "not run"}
     with contextlib.ExitStack() as stack:
@@ -176,23 +177,30 @@ def run_section(hosts: str, count: int, repeats: int, max_seconds: float, *, bul
                 peer = {"status": "n/a", "reason": str(exc)[:300]}
         for _ in range(repeats):
             try:
-                runs.append(run_once(hosts, count, max_seconds))
+                runs.append(ours())
             except Exception as exc:  # noqa: BLE001 - recorded; the other runs go on
                 runs.append({"impl": "zkqueue", "error": repr(exc)[:300], "rate": 0.0, "complete": False})
             if server is not None and home is not None:
                 try:
-                    peer["runs"].append(run_bullmq(server, home, count, max_seconds))
+                    peer["runs"].append(peer_run(server, home))
                 except Exception as exc:  # noqa: BLE001 - recorded; the other runs go on
                     peer["runs"].append({"impl": "bullmq", "error": repr(exc)[:300], "rate": 0.0, "complete": False})
     rates = sorted(r["rate"] for r in runs)
     median = rates[len(rates) // 2] if rates else 0.0
-    out = {"status": "ok", "count": count, "repeats": repeats, "steps": len(STEPS), "runs": runs, "median": median,
-           "inflight": INFLIGHT, "bullmq": peer}
+    out: dict[str, Any] = {"runs": runs, "median": median, "bullmq": peer}
     if peer.get("runs"):
         peer_rates = sorted(r["rate"] for r in peer["runs"])
         peer["median"] = peer_rates[len(peer_rates) // 2]
         out["ratio"] = round(median / peer["median"], 3) if peer["median"] else None
     return out
+
+
+def run_section(hosts: str, count: int, repeats: int, max_seconds: float, *, bullmq: bool = True) -> dict[str, Any]:
+    """The ``flows`` row: ``repeats`` runs of zkqueue and of BullMQ's FlowProducer (one after the other in each
+    repeat), their median rates (flow jobs/s) and ``ratio`` (zkqueue's median over BullMQ's)."""
+    paired = paired_section(lambda: run_once(hosts, count, max_seconds),
+                            lambda server, home: run_bullmq(server, home, count, max_seconds), repeats, bullmq=bullmq)
+    return {"status": "ok", "count": count, "repeats": repeats, "steps": len(STEPS), "inflight": INFLIGHT, **paired}
 
 
 def count_threads(hosts: str, steps: int = 5, concurrency: int = 4) -> dict[str, Any]:
