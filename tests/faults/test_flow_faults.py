@@ -147,9 +147,13 @@ def test_flow_cancels_through_a_leader_kill(ensemble, journal_dir) -> None:
     with _flow_on(ensemble, "/flow-cancels-", path) as (hosts, flow, procs):
         ids = [f"flow-{i:04d}" for i in range(jobs_n)]
         assert [flow.add({"value": str(i)}, job_id=job_id) for i, job_id in enumerate(ids)] == ids
-        procs.extend(_worker(hosts, path, journal_dir, f"w{w}", work_seconds=0.01) for w in range(WORKERS))
+        procs.extend(_worker(hosts, path, journal_dir, f"w{w}", work_seconds=0.1) for w in range(WORKERS))
         wait_for(lambda: jobs_n - _running(flow) >= jobs_n // 5, timeout=120, interval=0.2)
-        to_cancel = ids[1::2]
+        # Newest first: the steps run in the order the flow jobs were added, and no step can end while the ensemble
+        # has no leader to commit it, so the first cancels meet jobs with seconds of work still ahead of them
+        # however fast the workers are (in oldest-first order, fast workers had finished all 100 before the cancels
+        # came through the election).
+        to_cancel = ids[1::2][::-1]
         said: dict[str, tuple[bool, float]] = {}
 
         def cancel_all() -> None:
