@@ -273,7 +273,7 @@ class Completer:
         ``after_lost_reply``: an earlier send of exactly these may have committed."""
         groups = self._groups(plan)
         helds = [o.held for o, _c in plan if o.held is not None]
-        tail = [] if after_lost_reply else self._leases.releases_if_finished(helds)[0]
+        tail, tail_leases = ([], []) if after_lost_reply else self._leases.releases_if_finished(helds)
         if after_lost_reply:
             for o, _c in plan:
                 o.ambiguous = True
@@ -306,8 +306,12 @@ class Completer:
                 if self._failed(o, c, res):
                     finished.append(o.held)
         emptied = self._leases.finished(finished)
-        if tail_done is not True:
-            self._leases.release_blocks(emptied, unsure=tail_done is None)
+        if tail_done is True:
+            # The tail deleted the locks of the leases it was planned for. A lease can also be emptied by this
+            # completion without being in its tail: another member was given back on another thread while this
+            # multi waited. Its lock is deleted now, or it would hold the rest of its block for the session's life.
+            emptied = [lease for lease in emptied if lease not in tail_leases]
+        self._leases.release_blocks(emptied, unsure=tail_done is None)
 
     def _succeeded(self, o: Outcome, c: Completion) -> None:
         o.settled = "released" if c.action == "release" else "done"
