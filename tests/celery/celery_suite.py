@@ -31,8 +31,8 @@ import celery
 
 from tests.celery.kombu_suite import CACHE, fetch_sdist
 
-__all__ = ["FILES", "SUBSET", "Outcome", "fetch_sdist", "prepare", "pydantic_path", "run", "run_target", "skip_tally",
-           "table"]
+__all__ = ["FILES", "SUBSET", "Outcome", "fetch_sdist", "prepare", "pydantic_path", "result_name", "run", "run_target",
+           "skip_tally", "table"]
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ("test_tasks.py", "test_canvas.py")
@@ -150,6 +150,13 @@ def run(target: Path, broker: str, backend: str, redis_host: str, redis_port: in
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(target / "pytest.ini"),
          "--rootdir", str(target), "-p", "celery.contrib.pytest", "-rfEs", f"--junitxml={junit}", *args],
         capture_output=True, text=True, timeout=timeout, env=env, cwd=target)
+
+
+def result_name(test_id: str) -> str:
+    """The name :func:`parse` gives the test ``test_id`` (``test_tasks.py::test_tasks::test_simple_call`` ->
+    ``test_tasks.test_tasks.test_simple_call``)."""
+    path, _sep, rest = test_id.partition("::")
+    return f"{path.removesuffix('.py')}.{rest.replace('::', '.')}"
 
 
 def parse(junit: Path, target: str, output: str = "") -> Outcome:

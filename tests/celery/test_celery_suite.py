@@ -1,5 +1,7 @@
-"""A named subset of Celery's own integration tests (``celery_suite.SUBSET``) passes on ``zkqueue://`` wherever it
-passes on Redis (see tests/celery/celery_suite.py for how they are run; ``make celery-suite`` runs them all)."""
+"""A named subset of Celery's own integration tests (``celery_suite.SUBSET``) passes on ``zkqueue://``, every test of
+it. The subset holds tests that pass on Redis: ``make celery-suite`` runs all of Celery's tests on both brokers and
+compares them (see tests/celery/celery_suite.py); running the subset on Redis here again would only double its
+time in ``make test``. Redis still serves the tests' own bookkeeping where they use it."""
 
 from __future__ import annotations
 
@@ -30,10 +32,7 @@ def test_celery_integration_subset(zk_server: Any, redis_address: tuple[str, int
     except Exception as exc:  # no network, no index: nothing to run
         pytest.skip(f"Celery's sdist (or pydantic for its tasks.py) could not be fetched: {exc}")
     tests = list(celery_suite.SUBSET)
-    outcomes = [celery_suite.run_target(name, tmp_path, zk_server.connect_string, redis_address, tests)
-                for name in ("redis", "zkqueue")]
-    print(celery_suite.table(outcomes))
-    redis, zkqueue = outcomes
-    assert redis.passed, redis.output
-    missing = sorted(set(redis.passed) - set(zkqueue.passed))
-    assert not missing, f"pass on Redis, not on zkqueue: {missing}\n{zkqueue.output}"
+    zkqueue = celery_suite.run_target("zkqueue", tmp_path, zk_server.connect_string, redis_address, tests)
+    print(celery_suite.table([zkqueue]))
+    missing = sorted({celery_suite.result_name(t) for t in tests} - set(zkqueue.passed))
+    assert not missing, f"did not pass on zkqueue: {missing}\n{zkqueue.output}"

@@ -43,7 +43,6 @@ def test_rate_limited_jobs_through_a_leader_kill(ensemble, journal_dir, record_f
     try:
         with JobQueue(client, path) as jq:  # adds and looks; the workers run in the processes
             ids = [f"job-{i:04d}" for i in range(JOBS)]
-            assert jq.add_all((job_id, i) for i, job_id in enumerate(ids)) == []
             for w in range(WORKERS):
                 cfg = {"hosts": hosts, "path": path, "journal": str(journal_dir / f"w{w}.jsonl"),
                        "session_timeout": 4.0, "max_attempts": 5, "work_seconds": 0.005, "concurrency": 2,
@@ -51,6 +50,11 @@ def test_rate_limited_jobs_through_a_leader_kill(ensemble, journal_dir, record_f
                 log = open(journal_dir / f"w{w}.log", "w")  # noqa: SIM115 - closed with the process
                 procs.append(subprocess.Popen([sys.executable, str(HERE / "jobworker.py"), json.dumps(cfg)],
                                               stdout=log, stderr=subprocess.STDOUT, cwd=HERE))
+            # The jobs come once every worker runs: claimed while a process still starts (its first handler
+            # thread, its first count), the first window's jobs would start late, beside the next window's.
+            journals = [journal_dir / f"w{w}.jsonl" for w in range(WORKERS)]
+            wait_for(lambda: all(j.exists() and read_journal(j).of("ready") for j in journals), timeout=60)
+            assert jq.add_all((job_id, i) for i, job_id in enumerate(ids)) == []
             wait_for(lambda: jq.counts()["completed"] >= 2 * MAX_JOBS, timeout=120)
             started = time.monotonic()
             strike("leader_kill", ensemble)

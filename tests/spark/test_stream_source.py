@@ -170,7 +170,7 @@ def test_driver_killed_mid_batch_then_restarted_delivers_exactly_once(zk_hosts, 
     and consumer id drains the rest. The Parquet output (read through its metadata log) holds every item once."""
     from spark_session import start_driver  # type: ignore[import-not-found]
 
-    items = [f"k-{i}".encode() for i in range(3000)]
+    items = [f"k-{i}".encode() for i in range(1400)]
     fill(zk_client, "/stream/killed", items)
     out, chk = tmp_path / "out", tmp_path / "chk"
 
