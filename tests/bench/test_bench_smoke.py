@@ -29,7 +29,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, sub
         # test_celery_brokers_bench.py) that check their rows; running them here again only cost the suite time.
         # Smaller than --quick itself (structure, not figures, is checked): 55 s down to about 33 s.
         [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--no-spark", "--no-jobs", "--no-aio",
-         "--no-jobs-live", "--no-scheduled", "--no-celery-brokers", "--count", "150", "--max-seconds", "3",
+         "--no-jobs-live", "--no-scheduled", "--no-celery-brokers", "--count", "80", "--max-seconds", "2",
          "--latency-seconds", "1",
          "--flows-count", "30", "--canvas-count", "2", "--progress-count", "100"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False,

@@ -30,7 +30,7 @@ def section(zk_server: Any) -> dict[str, Any]:
         pytest.skip("redis-server is missing: apt-get install -y redis-server (make test installs it as root)")
     s = celery_brokers.CeleryBrokerSettings(
         count=COUNT, repeats=1, concurrency=2, kill_concurrency=1, task_ms=100.0, max_seconds=60.0,
-        kill_deadline=12.0, zk_session_timeout=4.0, redis_short_vt=None)
+        kill_deadline=9.0, zk_session_timeout=4.0, redis_short_vt=None)
     return celery_brokers.run_section(fresh_chroot(zk_server.connect_string), settings=s)
 
 

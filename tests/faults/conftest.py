@@ -19,7 +19,7 @@ RESULTS_DIR = Path(__file__).parent / "results"
 _FIGURES: dict[str, dict] = {}
 
 #: The default (CI) soak: short, but long enough for several random faults.
-CI_SOAK_MINUTES = 0.5
+CI_SOAK_MINUTES = 0.3
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -276,7 +276,10 @@ def test_a_worker_waiting_for_budget_still_acks_what_it_ran(zk_private_server) -
 
     from zkqueue.jobs import JobState  # noqa: PLC0415
 
-    client = make_client(zk_private_server.connect_string, timeout=10.0)
+    # The session must outlive the pause (kazoo suspends after 2/3 of the timeout without a ping's answer) and the
+    # kill and start that follow (a JVM start, a few seconds on a busy machine): with 10 s, the 3.3 s left were
+    # once too few, the session expired and the ack was refused (a different scenario than this one).
+    client = make_client(zk_private_server.connect_string, timeout=20.0)
     suspended = threading.Event()
     client.add_listener(lambda state: suspended.set() if state == KazooState.SUSPENDED else None)
     release = threading.Event()
