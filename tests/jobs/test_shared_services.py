@@ -1,13 +1,15 @@
-"""Services shared by the job queues of one client, on a real ZooKeeper: one reaper thread for all of them (and
-for flows); a flow's step queues run no scheduler of repeats, so a flow of more steps adds no such threads."""
+"""Threads shared by the queues of one client, on a real ZooKeeper (zkqueue.engine.shared): one chores thread runs
+every job queue's reaper and every lock-safe queue's lease keeper, one events thread carries every queue's
+connection states; a flow's step queues run no scheduler of repeats, so a flow of more steps adds no thread per step
+but its handler slots and its claimers."""
 
 from __future__ import annotations
 
 import threading
 
+from zkqueue.engine.api import ClientServices
 from zkqueue.flows import Flow
 from zkqueue.jobs import JobQueue, Keep
-from zkqueue.jobs.services import Services
 from zkqueue.server.testing import wait_for
 
 
@@ -15,36 +17,66 @@ def _named(prefix: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
 
-def test_job_queues_on_one_client_share_one_reaper(zk_client) -> None:
-    services = Services.of(zk_client)
-    assert Services.of(zk_client) is services
+def test_job_queues_on_one_client_share_one_chores_thread_and_one_events_thread(zk_client) -> None:
+    services = ClientServices.of(zk_client)
+    assert ClientServices.of(zk_client) is services
     before = services.chores
-    elsewhere = len(_named("zkqueue-reaper")) - services.threads  # other clients of this process (other tests)
+    # other clients of this process (other tests) may run their own
+    elsewhere = (len(_named("zkqueue-chores")) - (services.chores > 0), len(_named("zkqueue-events")))
     one = JobQueue(zk_client, "/shared/one", keep_completed=Keep(count=1), reap_interval=0.05)
     two = JobQueue(zk_client, "/shared/two", keep_completed=Keep(count=1), reap_interval=0.05, scheduler=False)
     with one, two:
-        assert services.chores == before + 2
-        assert len(_named("zkqueue-reaper")) - elsewhere == 1 and services.threads == 1
-        assert len(_named("zkqueue-scheduler-/shared/one")) == 1 and _named("zkqueue-scheduler-/shared/two") == []
         for jq in (one, two):  # the shared thread reaps both queues' finished records
             for i in range(3):
                 jq.add({"i": i}, job_id=f"r{i}")
             with jq.take(max_jobs=3) as jobs:
                 assert len(jobs) == 3
+        # two reapers and two lease keepers (each queue's engine claims lock-safe), on one thread
+        assert services.chores == before + 4
+        assert len(_named("zkqueue-chores")) - elsewhere[0] == 1
+        assert len(_named("zkqueue-events")) - elsewhere[1] <= 1
+        assert _named("zkqueue-leases-") == [] and _named("zkqueue-reaper") == []
+        assert len(_named("zkqueue-scheduler-/shared/one")) == 1 and _named("zkqueue-scheduler-/shared/two") == []
         wait_for(lambda: one.counts()["completed"] == 1 and two.counts()["completed"] == 1)
     assert services.chores == before
-    wait_for(lambda: _named("zkqueue-scheduler-/shared") == [] and services.threads == 0)
+    wait_for(lambda: _named("zkqueue-scheduler-/shared") == [])
+    if before == 0:
+        wait_for(lambda: services.threads == 0)
 
 
-def test_a_flow_of_more_steps_adds_no_reaper_or_scheduler_threads(zk_client) -> None:
+def test_a_flow_of_more_steps_adds_only_its_claimers(zk_client) -> None:
     counts = []
-    elsewhere = len(_named("zkqueue-reaper")), len(_named("zkqueue-scheduler-"))  # other clients (other tests)
     for n in (2, 6):
         flow = Flow(zk_client, f"/shared/flow{n}")
         names = [f"s{i}" for i in range(n)]
         for name, nxt in zip(names, [*names[1:], None]):
             flow.step(name, lambda job: 1, next=nxt)
         with flow, flow.work(concurrency=2):
-            counts.append((len(_named("zkqueue-reaper")) - elsewhere[0], len(_named("zkqueue-scheduler-")) - elsewhere[1],
-                           len(_named(f"zkqueue-flow-/shared/flow{n}-step"))))
-    assert counts == [(1, 0, 2), (1, 0, 2)]  # one shared reaper; handler slots only, whatever the steps
+            counts.append({prefix: len(_named(prefix)) for prefix in (
+                "zkqueue-chores", "zkqueue-events", "zkqueue-leases-", "zkqueue-scheduler-", "zkqueue-reaper",
+                f"zkqueue-flow-/shared/flow{n}-step")})
+    for c in counts:  # whatever the steps: no lease keeper, scheduler or reaper of their own; two handler slots
+        assert c["zkqueue-leases-"] == c["zkqueue-scheduler-"] == c["zkqueue-reaper"] == 0, counts
+        assert c["zkqueue-chores"] >= 1 and c["zkqueue-events"] >= 1, counts
+        assert c[next(k for k in c if k.startswith("zkqueue-flow-"))] == 2, counts
+    # a flow of 6 steps runs no more shared threads than one of 2
+    assert (counts[1]["zkqueue-chores"], counts[1]["zkqueue-events"]) == (
+        counts[0]["zkqueue-chores"], counts[0]["zkqueue-events"]), counts
+
+
+def test_a_chore_that_raises_runs_again_and_a_cancel_waits_for_a_run(zk_client) -> None:
+    services = ClientServices.of(zk_client)
+    runs: list[int] = []
+    ran = threading.Event()
+
+    def chore() -> None:
+        runs.append(1)
+        ran.set()
+        raise RuntimeError("a failing chore")
+
+    cancel = services.every(0.01, chore)
+    wait_for(lambda: len(runs) >= 3)  # logged, not fatal: it runs again
+    cancel()
+    seen = len(runs)
+    ran.clear()
+    assert not ran.wait(0.1) and len(runs) == seen

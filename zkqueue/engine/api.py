@@ -46,6 +46,7 @@ from zkqueue.engine.parking import minute_buckets, parked_count
 from zkqueue.engine.put_markers import DEFAULT_READ_WAIT, ClientConnection, read_retrying, wait_connected
 from zkqueue.engine.queue import DistributedQueue
 from zkqueue.engine.seams import ClaimedNode, ClaimHook, Completion
+from zkqueue.engine.shared import ClientServices
 from zkqueue.engine.stats import Counters
 from zkqueue.transport.handler import new_client
 from zkqueue.transport.protocol import (
@@ -76,6 +77,7 @@ def set_op(path: str, data: bytes, version: int = -1) -> SetDataOp:
 
 
 __all__ = [
+    "ClientServices",
     "CONNECTION_ERRORS",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_ITEM_BYTES",

@@ -10,14 +10,14 @@ delivered, so at most one step is ever consumed-but-unacked.
 
 Which lease (see :mod:`zkqueue.engine.leases`): block leases once the consumer is known to be fast
 (:data:`BLOCK_LEASE_MAX_PACE` seconds a node or less); item leases before its pace is known, for slow consumers
-and with Curator's lock names. A keeper thread ``zkqueue-leases-<path>`` moves the unfinished items of a block
-held too long (a slow item among fast ones) to item leases.
+and with Curator's lock names. A lease keeper, a chore on the client's shared thread (see
+:mod:`~zkqueue.engine.shared`), moves the unfinished items of a block held too long (a slow item among fast ones) to
+item leases.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any, Callable
 
@@ -31,6 +31,7 @@ from zkqueue.engine.delivery import Delivery, decode_node
 from zkqueue.engine.leases import Claimed, FenceLostError, Held, LeaseKind, Leases
 from zkqueue.engine.quarantine import Quarantine
 from zkqueue.engine.seams import ClaimHook, Completion
+from zkqueue.engine.shared import ClientServices
 from zkqueue.engine.steps import StepSizer
 from zkqueue.errors import CorruptItemError
 from zkqueue.formats import large_ref, naming
@@ -44,6 +45,8 @@ BLOCK_LEASE_MAX_PACE = 0.02
 _SPLIT_CLAIMS_FOR = 5.0
 #: How often the keeper looks for block leases held too long.
 _KEEPER_INTERVAL = 0.25
+#: Seconds the lease keeper pauses after an error.
+_KEEPER_PAUSE = 2.0
 #: The longest a claim waits in the claim hook's admit (a rate limit) before it retries deferred completions.
 ADMIT_SLICE = 1.0
 
@@ -73,13 +76,13 @@ class LeaseTaker:
         self.completer = Completer(ctx, self.leases, quarantine, error_mode=error_mode,
                                    requeue_prefix=requeue_prefix)
         self._split_claims_until = 0.0
-        self._stop = threading.Event()
-        self._keeper = threading.Thread(target=self._keep, name=f"zkqueue-leases-{ctx.queue_path}", daemon=True)
+        self._stop_keeping: Callable[[], None] | None = None
+        self._keep_after = 0.0  # after an error the keeper pauses until then (see _keep)
 
     def start(self) -> None:
         """Create the session fence (other consumers count it at once) and start the lease keeper."""
         self.leases.prefix()
-        self._keeper.start()
+        self._stop_keeping = ClientServices.of(self._ctx.client).every(_KEEPER_INTERVAL, self._keep)
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def flush(self, timeout: float | None = None) -> bool:
@@ -97,9 +100,9 @@ class LeaseTaker:
     def close(self) -> None:
         """Finish what can be finished, stop the keeper, drop the session fence."""
         self.completer.collect()
-        self._stop.set()
-        if self._keeper.is_alive():
-            self._keeper.join(10.0)
+        stop_keeping, self._stop_keeping = self._stop_keeping, None
+        if stop_keeping is not None:
+            stop_keeping()  # waits for a pass under way
         try:
             if self.completer.retry_deferred():
                 log.warning("queue %s closed with unfinished acks; their items will be redelivered",
@@ -109,19 +112,20 @@ class LeaseTaker:
         self.leases.close()
 
     def _keep(self) -> None:
-        """Downgrade block leases held too long. Never dies; errors are logged and retried a while later."""
-        while not self._stop.wait(_KEEPER_INTERVAL):
-            try:
-                if self.leases.stale_blocks():
-                    self.completer.collect()  # what is finished must not be moved to item leases
-                    for lease in self.leases.stale_blocks():
-                        self.leases.downgrade(lease)  # not while a commit on it is under way: next time
-            except Exception as exc:
-                self._ctx.counters.add("loop_errors")
-                if not self._ctx.connection.failover.error(exc, "keeping leases"):
-                    log.exception("lease keeper of %s (it continues)", self._ctx.queue_path)
-                if self._stop.wait(2.0):
-                    return
+        """One pass of the lease keeper: downgrade block leases held too long. Never raises; after an error it
+        pauses for :data:`_KEEPER_PAUSE` seconds (logged, counted, not retried hot)."""
+        if time.monotonic() < self._keep_after:
+            return
+        try:
+            if self.leases.stale_blocks():
+                self.completer.collect()  # what is finished must not be moved to item leases
+                for lease in self.leases.stale_blocks():
+                    self.leases.downgrade(lease)  # not while a commit on it is under way: next time
+        except Exception as exc:
+            self._ctx.counters.add("loop_errors")
+            if not self._ctx.connection.failover.error(exc, "keeping leases"):
+                log.exception("lease keeper of %s (it continues)", self._ctx.queue_path)
+            self._keep_after = time.monotonic() + _KEEPER_PAUSE
 
     # ------------------------------------------------------------------------------------------ a step
     def uses_blocks(self) -> bool:

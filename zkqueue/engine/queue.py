@@ -22,9 +22,10 @@ Recipes (priority, delay, id) override only the naming/sort hooks: ``get_delay``
 
 Threads of one started queue (all daemons, all joined by ``close()``; a user executor is never shut down):
 ``zkqueue-loop-<path>`` (run loop, which also claims, delivers and completes), ``zkqueue-put-<path>`` (background
-puts), ``zkqueue-leases-<path>`` (lock-safe lease upkeep), ``zkqueue-blobs-<path>`` (with ``large_items``: the
-reaper of orphaned blobs, see :mod:`~zkqueue.engine.blob_reaper`), ``zkqueue-events-<path>`` (connection states to the
-consumer) and ``zkqueue-cache-<path>`` (listing upkeep off kazoo's threads).
+puts), ``zkqueue-blobs-<path>`` (with ``large_items``: the reaper of orphaned blobs, see
+:mod:`~zkqueue.engine.blob_reaper`) and ``zkqueue-cache-<path>`` (listing upkeep off kazoo's threads). Every queue on
+one client shares two more (:mod:`~zkqueue.engine.shared`): ``zkqueue-chores`` (lock-safe lease upkeep, among other
+periodic chores) and ``zkqueue-events`` (connection states to the consumers).
 
 Delivery: without a lock path items are deleted before delivery (at-most-once, as Curator); with one they are
 deleted after the consumer returned (at-least-once: a crash before the ack means redelivery).
@@ -69,6 +70,7 @@ from zkqueue.engine.producer import Producer
 from zkqueue.engine.pull import Puller
 from zkqueue.engine.put_markers import ClientConnection, read_retrying
 from zkqueue.engine.seams import ClaimHook
+from zkqueue.engine.shared import ClientServices
 from zkqueue.engine.stats import Counters, QueueStats
 from zkqueue.errors import (
     ConfigurationError,
@@ -305,8 +307,7 @@ class DistributedQueue(Generic[T]):
         except Exception:
             self._state = _State.STOPPED
             raise
-        self._events = Dispatcher(f"zkqueue-events-{self._queue_path}")
-        self._events.start()
+        self._events = ClientServices.of(self._client).take_events()
         self._ctx.connection.start()
         if self._consumer is not None or self._config.max_items is not None:
             self._cache = ChildrenCache(
@@ -396,7 +397,8 @@ class DistributedQueue(Generic[T]):
             consumption.lease_taker.close()
         self._ctx.connection.stop()
         if self._events is not None:
-            self._events.stop()
+            self._events = None
+            ClientServices.of(self._client).release_events()
         self.put_listeners.clear()
         log.debug("queue %s closed", self._queue_path)
 

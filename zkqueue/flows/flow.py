@@ -15,7 +15,14 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 from kazoo.recipe.watchers import DataWatch
 
 from zkqueue.engine import api
-from zkqueue.engine.api import CONNECTION_ERRORS, DEFAULT_READ_WAIT, ClientConnection, read_retrying, wait_connected
+from zkqueue.engine.api import (
+    CONNECTION_ERRORS,
+    DEFAULT_READ_WAIT,
+    ClientConnection,
+    ClientServices,
+    read_retrying,
+    wait_connected,
+)
 from zkqueue.errors import (
     ConfigurationError,
     CorruptItemError,
@@ -35,7 +42,6 @@ from zkqueue.jobs import JobQueue, Keep, RetryPolicy, hooks, names
 from zkqueue.jobs import store as job_store
 from zkqueue.jobs.model import check_headers, check_timeout
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
-from zkqueue.jobs.services import Services
 
 log = logging.getLogger("zkqueue.flows.flow")
 
@@ -333,8 +339,8 @@ class Flow:
         worker = FlowWorker(self, chosen, concurrency, timeout=timeout, prefetch=prefetch)
         with self._lock:
             self._workers.append(worker)
-            if self.keep is not None and self._reaper is None:  # on the client's one reaper thread
-                self._reaper = Services.of(self.client).every(self._reap_interval, self._reap_once)
+            if self.keep is not None and self._reaper is None:  # a chore on the client's shared thread
+                self._reaper = ClientServices.of(self.client).every(self._reap_interval, self._reap_once)
         return worker
 
     # ------------------------------------------------------------------------------------------ control

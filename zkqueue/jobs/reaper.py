@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from zkqueue.engine import api
-from zkqueue.engine.api import delete_op
+from zkqueue.engine.api import ClientServices, delete_op
 from zkqueue.errors import ConfigurationError
 from zkqueue.jobs.model import now_ms
 
@@ -63,8 +63,8 @@ def reap(client: Any, parent: str, keep: Keep) -> int:
 
 class Reaper:
     """Runs :func:`reap` over ``(parent, keep)`` pairs every ``interval`` seconds, and each of ``chores`` (more
-    clean-ups of the same kind: ``chore() -> how many nodes it deleted``), on the one reaper thread of its client
-    (:class:`zkqueue.jobs.services.Services`), shared by every job queue and flow on that client."""
+    clean-ups of the same kind: ``chore() -> how many nodes it deleted``), as a chore on the shared thread of its
+    client (:class:`zkqueue.engine.api.ClientServices`), with every job queue and flow on that client."""
 
     def __init__(self, client: Any, targets: list[tuple[str, Keep]], interval: float, name: str,
                  chores: Sequence[Callable[[], int]] = ()) -> None:
@@ -76,9 +76,7 @@ class Reaper:
         self._cancel: Callable[[], None] | None = None
 
     def start(self) -> None:
-        from zkqueue.jobs.services import Services  # noqa: PLC0415
-
-        self._cancel = Services.of(self._client).every(self._interval, self._pass)
+        self._cancel = ClientServices.of(self._client).every(self._interval, self._pass)
 
     def stop(self) -> None:
         cancel, self._cancel = self._cancel, None
