@@ -179,12 +179,12 @@ def test_a_given_client_is_left_to_its_owner(zk_client) -> None:
 
 
 def test_queue_names_are_those_of_the_tasks_and_those_in_zookeeper(zk_client) -> None:
-    producer = App(client=zk_client)
-    producer.enqueue_with("nobody.registered", args=(), queue="reports")
-    app = App(client=zk_client)
-    task_samples.register(app)
-    assert app.queue_names() == ["default", "fetch", "mail", "reports"]
-    assert App(client=zk_client, namespace="elsewhere").queue_names() == []
+    with App(client=zk_client) as producer, App(client=zk_client) as app, \
+            App(client=zk_client, namespace="elsewhere") as elsewhere:
+        producer.enqueue_with("nobody.registered", args=(), queue="reports")
+        task_samples.register(app)
+        assert app.queue_names() == ["default", "fetch", "mail", "reports"]
+        assert elsewhere.queue_names() == []
 
 
 def _enqueue_in_child(app: App, out: "multiprocessing.Queue[str]") -> None:
