@@ -33,9 +33,11 @@ def test_suspended_connection_with_a_due_write_does_not_spin_the_coordinator(zk_
                                                                             zk_client) -> None:
     JobLog(zk_client, "/logs/susp").append_many([b"j%d" % i for i in range(1, 6)])
     gate = threading.Event()
+    running5 = threading.Event()
 
     def worker(index: int, job: bytes) -> None:
         if index == 5:
+            running5.set()
             gate.wait(60)
 
     states: list[str] = []
@@ -48,7 +50,10 @@ def test_suspended_connection_with_a_due_write_does_not_spin_the_coordinator(zk_
             c = ProgressConsumer(client, JobLog(client, "/logs/susp"), "/progress/susp", worker, max_processing=2,
                                  progress_interval=0.05, progress_batch=1000, poll_interval=None)
             with c:
-                wait_for(lambda: c.stored_index == 4, timeout=30)  # job 5 holds the rest back
+                # Job 5 holds the rest back. It must be running before the stall: its read from the log is a request
+                # of its own, which a stall catches in flight on a busy machine (then job 5 only runs once the
+                # connection is back, and nothing finishes while suspended).
+                wait_for(lambda: c.stored_index == 4 and running5.is_set(), timeout=30)
                 proxy.stall()
                 wait_for(lambda: KazooState.SUSPENDED in states, timeout=30)
                 gate.set()  # job 5 finishes while suspended: a progress write is due and cannot be sent
