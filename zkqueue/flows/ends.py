@@ -102,25 +102,32 @@ def settle(flow: EndedFlow, run: StepRun, value: Any = None, error: BaseExceptio
         return DROPPED if _end(flow, run.held, run.ref, None, run.read) else RELEASED
     if error is None:
         try:
-            chosen = None
-            if isinstance(value, Next):
-                chosen = value.steps
-                for name in chosen:
-                    flow.definition.step(name)  # raises ConfigurationError for an unknown step
-                value = value.result
-            changed = {k: v for k, v in run.job.data.items() if run.before.get(k, _MISSING) != v}
-            try:
-                json.dumps([value, changed])
-            except (TypeError, ValueError) as exc:
-                raise SerializationError(f"step {run.step.name} returned a result (or data) that is not JSON: "
-                                         f"{exc}") from exc
+            ending = _success(flow, run, value)
         except Exception as exc:
             error = exc
     if error is not None:
         return _failed(flow, run, error)
-    ending = Ending(ok=True, result=value, chosen=chosen, errors=step_errors(run.step.name, run.held.record),
-                    data=changed)
     return COMPLETED if _end(flow, run.held, run.ref, ending, run.read) else RELEASED
+
+
+def _success(flow: EndedFlow, run: StepRun, value: Any) -> Ending:
+    """The ending of a run whose handler returned ``value`` (a result, or :class:`Next` with the steps it chose):
+    raises ConfigurationError for an unknown chosen step, SerializationError for a result or data that is not
+    JSON (the attempt then fails)."""
+    chosen = None
+    if isinstance(value, Next):
+        chosen = value.steps
+        for name in chosen:
+            flow.definition.step(name)  # raises ConfigurationError for an unknown step
+        value = value.result
+    changed = {k: v for k, v in run.job.data.items() if run.before.get(k, _MISSING) != v}  # type: ignore[union-attr]
+    try:
+        json.dumps([value, changed])
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"step {run.step.name} returned a result (or data) that is not JSON: "
+                                 f"{exc}") from exc
+    return Ending(ok=True, result=value, chosen=chosen, errors=step_errors(run.step.name, run.held.record),
+                  data=changed)
 
 
 def settle_many(flow: EndedFlow, runs: list[tuple[StepRun, Any, BaseException | None]]) -> list[str]:
@@ -163,23 +170,10 @@ def _decide(flow: EndedFlow, run: StepRun, value: Any, error: BaseException | No
         return ("handoff", run.ref, None, run.read, DROPPED)
     if error is None:
         try:
-            chosen = None
-            if isinstance(value, Next):
-                chosen = value.steps
-                for name in chosen:
-                    flow.definition.step(name)
-                value = value.result
-            changed = {k: v for k, v in run.job.data.items() if run.before.get(k, _MISSING) != v}  # type: ignore[union-attr]
-            try:
-                json.dumps([value, changed])
-            except (TypeError, ValueError) as exc:
-                raise SerializationError(f"step {run.step.name} returned a result (or data) that is not JSON: "
-                                         f"{exc}") from exc
+            ending = _success(flow, run, value)
         except Exception as exc:
             error = exc
         else:
-            ending = Ending(ok=True, result=value, chosen=chosen, errors=step_errors(run.step.name, run.held.record),
-                            data=changed)
             return ("handoff", run.ref, ending, run.read, COMPLETED)
     decided = _failure(flow, run, error)
     if decided[0] == RETRIED:
