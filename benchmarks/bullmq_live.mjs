@@ -11,40 +11,14 @@
 //     chunks, and says ADDED {"t0": first add, "t_added": last chunk acknowledged}; on a CHECK line it reads every
 //     completed job back and says CHECKED {"completed": ..., "correct": ...}, then removes the queue's keys.
 //
-// Times are epoch seconds from performance.timeOrigin + performance.now(). BullMQ and its default Redis client
-// (ioredis) are loaded from the directory in $BULLMQ_HOME, where the harness installed them with npm.
+// See bullmq_common.mjs for what the peer scripts share (BullMQ from $BULLMQ_HOME, the line protocol, the options).
 
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import readline from 'node:readline';
+import { bullmq, nextLine, now, parseArgs, say } from './bullmq_common.mjs';
 
-const require = createRequire(path.join(process.env.BULLMQ_HOME ?? '.', 'package.json'));
-const { Queue, Worker } = require('bullmq');
-
-const now = () => (performance.timeOrigin + performance.now()) / 1000;
-const say = (tag, payload = {}) => process.stdout.write(`${tag} ${JSON.stringify(payload)}\n`);
-
-const stdinLines = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
-
-/** The next stdin line, or null at EOF. */
-async function nextLine() {
-  const { value, done } = await stdinLines.next();
-  return done ? null : value.trim();
-}
+const { Queue, Worker } = bullmq;
 
 async function untilStdinCloses() {
   while ((await nextLine()) !== null) { /* the parent has nothing more to say until it closes stdin */ }
-}
-
-function parseArgs(argv) {
-  const opts = { host: '127.0.0.1', port: 6379, queue: 'bench', count: 0, concurrency: 8, chunk: 1000 };
-  for (let i = 0; i < argv.length; i += 2) {
-    const key = argv[i].replace(/^--/, '');
-    if (!(key in opts) || i + 1 >= argv.length) throw new Error(`bad option ${argv[i]}`);
-    opts[key] = typeof opts[key] === 'number' ? Number(argv[i + 1]) : argv[i + 1];
-  }
-  if (!(opts.count > 0 && opts.concurrency > 0 && opts.chunk > 0)) throw new Error('count, concurrency and chunk must be > 0');
-  return opts;
 }
 
 async function runWorker(o) {
@@ -96,7 +70,7 @@ async function runProducer(o) {
 }
 
 const [role, ...rest] = process.argv.slice(2);
-const opts = parseArgs(rest);
+const opts = parseArgs(rest, { queue: 'bench', count: 0, concurrency: 8, chunk: 1000 }, ['count', 'concurrency', 'chunk']);
 if (role === 'worker') await runWorker(opts);
 else if (role === 'produce') await runProducer(opts);
 else throw new Error(`unknown role ${role} (worker or produce)`);

@@ -123,40 +123,17 @@ def run_once(hosts: str, count: int, max_seconds: float, concurrency: int = 4) -
 
 def run_bullmq(server: Any, home: Path, count: int, max_seconds: float, concurrency: int = 4) -> dict[str, Any]:
     """One run of BullMQ's row on ``server`` (see the module doc)."""
-    from benchmarks.jobs_live import _installed_version, node_executable  # noqa: PLC0415
-    from benchmarks.jobs_peers import WorkerProcess  # noqa: PLC0415
+    from benchmarks.flows_bench import drive_bullmq_peer  # noqa: PLC0415
 
-    node = node_executable()
-    if node is None:
-        raise RuntimeError("node is not installed")
-    argv = ["run", "--host", server.host, "--port", str(server.port), "--prefix", f"chord-{uuid.uuid4().hex[:8]}",
-            "--count", str(count), "--members", str(MEMBERS), "--concurrency", str(concurrency),
-            "--inflight", str(INFLIGHT)]
-    proc = WorkerProcess(argv, command=[node, _MJS], tags=("READY", "ADDED", "DONE", "CHECKED"),
-                         env={"BULLMQ_HOME": str(home)})
-    try:
-        t_spawn = time.monotonic()
-        if proc.expect("READY", 60.0) is None:
-            raise RuntimeError(f"BullMQ chord process not ready in 60 s: {proc.stderr_tail()}")
-        worker_start = time.monotonic() - t_spawn
-        proc.send("GO")
-        added = proc.expect("ADDED", max_seconds)
-        if added is None:
-            raise RuntimeError(f"BullMQ adds did not finish in {max_seconds:g} s: {proc.stderr_tail()}")
-        t0, t_added = float(added["t0"]), float(added["t_added"])
-        done = proc.expect("DONE", max(0.0, t0 + max_seconds - time.time()))
-        t_end = float(done["t_done"]) if done else t0 + max_seconds
-        proc.send("CHECK")
-        checked = proc.expect("CHECKED", 120.0) or {}
-        ok = int(checked.get("correct", 0)) if done else 0
-        seconds = t_end - t0
-        return {"impl": "bullmq", "jobs": ok, "count": count, "members": MEMBERS, "seconds": round(seconds, 6),
-                "rate": round(ok / seconds, 2) if seconds > 0 else 0.0, "add_seconds": round(t_added - t0, 6),
-                "member_rate": round(ok * MEMBERS / seconds, 1) if seconds > 0 else 0.0,
-                "complete": done is not None and ok == count, "worker_start_seconds": round(worker_start, 3),
-                "concurrency": concurrency, "inflight": INFLIGHT, "version": _installed_version(home, "bullmq")}
-    finally:
-        proc.close()
+    run = drive_bullmq_peer(_MJS, "chord", server, home, count, max_seconds, [
+        "--prefix", f"chord-{uuid.uuid4().hex[:8]}", "--count", str(count), "--members", str(MEMBERS),
+        "--concurrency", str(concurrency), "--inflight", str(INFLIGHT)])
+    ok, seconds = run["ok"], run["seconds"]
+    return {"impl": "bullmq", "jobs": ok, "count": count, "members": MEMBERS, "seconds": round(seconds, 6),
+            "rate": round(ok / seconds, 2) if seconds > 0 else 0.0, "add_seconds": run["add_seconds"],
+            "member_rate": round(ok * MEMBERS / seconds, 1) if seconds > 0 else 0.0,
+            "complete": run["done"] and ok == count, "worker_start_seconds": run["worker_start_seconds"],
+            "concurrency": concurrency, "inflight": INFLIGHT, "version": run["version"]}
 
 
 def run_section(hosts: str, count: int, repeats: int, max_seconds: float, *, bullmq: bool = True) -> dict[str, Any]:

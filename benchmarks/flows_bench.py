@@ -122,20 +122,36 @@ def run_once(hosts: str, count: int, max_seconds: float, concurrency: int = 4) -
 
 def run_bullmq(server: Any, home: Path, count: int, max_seconds: float, concurrency: int = 4) -> dict[str, Any]:
     """One run of BullMQ's FlowProducer row on ``server`` (see the module doc)."""
+    run = drive_bullmq_peer(_MJS, "flows", server, home, count, max_seconds, [
+        "--prefix", f"flows-{uuid.uuid4().hex[:8]}", "--count", str(count), "--concurrency", str(concurrency),
+        "--inflight", str(INFLIGHT)])
+    ok, seconds = run["ok"], run["seconds"]
+    return {"impl": "bullmq", "jobs": ok, "count": count, "seconds": round(seconds, 6),
+            "rate": round(ok / seconds, 1) if seconds > 0 else 0.0, "add_seconds": run["add_seconds"],
+            "complete": run["done"] and ok == count, "worker_start_seconds": run["worker_start_seconds"],
+            "steps": len(STEPS), "concurrency": concurrency, "inflight": INFLIGHT, "version": run["version"]}
+
+
+def drive_bullmq_peer(script: str, what: str, server: Any, home: Path, count: int, max_seconds: float,
+                      options: list[str]) -> dict[str, Any]:
+    """One run of a BullMQ FlowProducer peer script (``bullmq_flows.mjs``, ``bullmq_chord.mjs``) on ``server``,
+    through its line protocol: READY, then GO -> ADDED and DONE (the last root's 'completed' event, or none within
+    ``max_seconds`` of the first add), then CHECK -> CHECKED. Returns ``ok`` (roots read back correct, 0 without
+    DONE), ``done``, ``seconds`` (first add to DONE, or ``max_seconds``), ``add_seconds``, ``worker_start_seconds``
+    and the BullMQ ``version``."""
     from benchmarks.jobs_live import _installed_version, node_executable  # noqa: PLC0415
     from benchmarks.jobs_peers import WorkerProcess  # noqa: PLC0415
 
     node = node_executable()
     if node is None:
         raise RuntimeError("node is not installed")
-    argv = ["run", "--host", server.host, "--port", str(server.port), "--prefix", f"flows-{uuid.uuid4().hex[:8]}",
-            "--count", str(count), "--concurrency", str(concurrency), "--inflight", str(INFLIGHT)]
-    proc = WorkerProcess(argv, command=[node, _MJS], tags=("READY", "ADDED", "DONE", "CHECKED"),
+    argv = ["run", "--host", server.host, "--port", str(server.port), *options]
+    proc = WorkerProcess(argv, command=[node, script], tags=("READY", "ADDED", "DONE", "CHECKED"),
                          env={"BULLMQ_HOME": str(home)})
     try:
         t_spawn = time.monotonic()
         if proc.expect("READY", 60.0) is None:
-            raise RuntimeError(f"BullMQ flows process not ready in 60 s: {proc.stderr_tail()}")
+            raise RuntimeError(f"BullMQ {what} process not ready in 60 s: {proc.stderr_tail()}")
         worker_start = time.monotonic() - t_spawn
         proc.send("GO")
         added = proc.expect("ADDED", max_seconds)
@@ -146,13 +162,9 @@ def run_bullmq(server: Any, home: Path, count: int, max_seconds: float, concurre
         t_end = float(done["t_done"]) if done else t0 + max_seconds
         proc.send("CHECK")
         checked = proc.expect("CHECKED", 120.0) or {}
-        ok = int(checked.get("correct", 0)) if done else 0
-        seconds = t_end - t0
-        return {"impl": "bullmq", "jobs": ok, "count": count, "seconds": round(seconds, 6),
-                "rate": round(ok / seconds, 1) if seconds > 0 else 0.0, "add_seconds": round(t_added - t0, 6),
-                "complete": done is not None and ok == count, "worker_start_seconds": round(worker_start, 3),
-                "steps": len(STEPS), "concurrency": concurrency, "inflight": INFLIGHT,
-                "version": _installed_version(home, "bullmq")}
+        return {"ok": int(checked.get("correct", 0)) if done else 0, "done": done is not None,
+                "seconds": t_end - t0, "add_seconds": round(t_added - t0, 6),
+                "worker_start_seconds": round(worker_start, 3), "version": _installed_version(home, "bullmq")}
     finally:
         proc.close()
 
