@@ -20,6 +20,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from kazoo.exceptions import NoNodeError
+
 from zkqueue.engine import api
 from zkqueue.engine.api import CONNECTION_ERRORS, Backoff, Completion, delete_op, wait_connected
 from zkqueue.errors import CorruptItemError, QueueStateError
@@ -212,20 +214,40 @@ class Handoff:
         read one by one through its own :meth:`read`)."""
         if not job_ids:
             return []
-        if type(self).read is not Handoff.read:
+        pending = self.send_reads(job_ids)
+        if pending is None:
             return [self.read(job_id) for job_id in job_ids]
-        replies = api.multi_read(self._client, [self._paths.flow(job_id) for job_id in job_ids])
         out: list[tuple[FlowRecord, int] | None] = []
-        for job_id, reply in zip(job_ids, replies):
-            if isinstance(reply, BaseException):
-                out.append(None)
-                continue
-            try:
-                out.append((FlowRecord.decode(reply[0]), reply[1].version))
-            except CorruptItemError as exc:
-                log.error("the flow record of %s is unreadable (%s): its step jobs are dropped", job_id, exc)
-                out.append(None)
+        for job_id, read in zip(job_ids, pending()):
+            if isinstance(read, CorruptItemError):
+                log.error("the flow record of %s is unreadable (%s): its step jobs are dropped", job_id, read)
+            out.append(None if isinstance(read, BaseException) else read)
         return out
+
+    def send_reads(self, job_ids: list[str]) -> Callable[[], list[tuple[FlowRecord, int] | None | BaseException]] | None:
+        """Send the reads of the flow records of ``job_ids`` in one multiRead without waiting; the returned call
+        waits for them: per job its ``(record, version)``, None when it has none, or the error of its read
+        (:class:`~zkqueue.errors.CorruptItemError` for an unreadable record). A connection error of the whole
+        multiRead is raised by the call. None when a subclass reads its records elsewhere (see :meth:`read`)."""
+        if type(self).read is not Handoff.read:
+            return None
+        sent = api.send_multi_read(self._client, [self._paths.flow(job_id) for job_id in job_ids])
+
+        def result() -> list[tuple[FlowRecord, int] | None | BaseException]:
+            out: list[tuple[FlowRecord, int] | None | BaseException] = []
+            for reply in sent.result():
+                if isinstance(reply, NoNodeError):
+                    out.append(None)
+                elif isinstance(reply, BaseException):
+                    out.append(reply)
+                else:
+                    try:
+                        out.append((FlowRecord.decode(reply[0]), reply[1].version))
+                    except CorruptItemError as exc:
+                        out.append(exc)
+            return out
+
+        return result
 
     def end_many(self, items: list[tuple[StepRef, Ending | None, Any]]) -> list[str | Exception]:
         """:meth:`end` of many step jobs (``(ref, ending, read)`` each), many hand-offs per multi: the groups

@@ -32,16 +32,12 @@ from collections import Counter
 from concurrent.futures import Executor
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from kazoo.exceptions import NoNodeError
-
-from zkqueue.engine import api
-from zkqueue.errors import ConfigurationError, CorruptItemError
+from zkqueue.errors import ConfigurationError
 from zkqueue.flows import ends, handoff, store
 from zkqueue.flows.definition import Definition, Step
 from zkqueue.flows.handoff import Handoff
 from zkqueue.flows.limits import LimitedStep
 from zkqueue.jobs import JobQueue, RetryPolicy
-from zkqueue.flows.model import FlowRecord
 from zkqueue.jobs.model import Job
 from zkqueue.jobs.scope import HeldJob, release_many
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT
@@ -90,31 +86,20 @@ class StepSource:
         return getattr(self.source, name)
 
     def start_many(self, helds: Sequence[HeldJob]) -> list[HeldJob]:
-        handoff = self._worker._flow.handoff
         ids = [h.record.id for h in helds if not h.counted]  # (those counted ahead were read as they were)
-        pending = (api.send_multi_read(self._worker._flow.client, [handoff._paths.flow(i) for i in ids])
-                   if ids and type(handoff).read is Handoff.read else None)
+        pending = self._worker._flow.handoff.send_reads(ids) if ids else None
         started = self.source.start_many(helds)
         if pending is None or not started:
             return started
         try:
-            replies = pending.result()
+            reads = dict(zip(ids, pending()))
         except Exception:  # noqa: BLE001 - each handler reads its record itself then
             log.debug("reading %d flow record(s) ahead failed", len(ids), exc_info=True)
             return started
-        reads = dict(zip(ids, replies))
         with self._worker._lock:
             for held in started:
-                reply = reads.get(held.record.id)
-                if reply is None:
-                    continue
-                if isinstance(reply, NoNodeError):
-                    self._worker._reads[(self._step.name, held.record.id)] = None
-                elif not isinstance(reply, BaseException):
-                    try:
-                        read = (FlowRecord.decode(reply[0]), reply[1].version)
-                    except CorruptItemError:
-                        continue  # the handler's own read logs it
+                read = reads.get(held.record.id, handoff.UNREAD)
+                if read is not handoff.UNREAD and not isinstance(read, BaseException):  # else the handler reads
                     self._worker._reads[(self._step.name, held.record.id)] = read
         return started
 
