@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from zkqueue.engine import api
+from zkqueue.flows import packing
 
 log = logging.getLogger("zkqueue.flows.adds")
 
@@ -87,15 +87,7 @@ class AddCommits:
     def _commit(self, batch: list[_Waiting]) -> None:
         pending = batch
         while pending:
-            chunk, size, count = [], 0, 0
-            budget = api.jute_max_buffer() - api.MULTI_SLACK
-            for w in pending:
-                w_size = sum(api.op_cost(op) for op in w.ops)
-                if chunk and (size + w_size > budget or count + len(w.ops) > api.MAX_MULTI_OPS):
-                    break
-                chunk.append(w)
-                size += w_size
-                count += len(w.ops)
+            chunk = [pending[i] for i in packing.pack([w.ops for w in pending])[0]]
             pending = pending[len(chunk):]
             try:
                 result = self._send([op for w in chunk for op in w.ops])
@@ -113,18 +105,14 @@ class AddCommits:
                     w.done.set()
                 self.adds += len(chunk)
                 continue
-            failed, at, owner = result.failed_index, 0, None
-            for w in chunk:
-                if failed is not None and at <= failed < at + len(w.ops):
-                    owner = w
-                    w.result = Part(False, failed_index=failed - at, failure=result.failure)
-                    w.done.set()
-                    break
-                at += len(w.ops)
-            if owner is None:  # no op named: each goes alone
+            found = packing.owner([w.ops for w in chunk], result.failed_index)
+            if found is None:  # no op named: each goes alone
                 self._commit_each(chunk + pending)
                 return
-            pending = [w for w in chunk if w is not owner] + pending
+            k, index = found
+            chunk[k].result = Part(False, failed_index=index, failure=result.failure)
+            chunk[k].done.set()
+            pending = chunk[:k] + chunk[k + 1:] + pending
 
     def _commit_each(self, pending: list[_Waiting]) -> None:
         for w in pending:

@@ -25,7 +25,7 @@ from kazoo.exceptions import NoNodeError
 from zkqueue.engine import api
 from zkqueue.engine.api import CONNECTION_ERRORS, Backoff, Completion, delete_op, wait_connected
 from zkqueue.errors import CorruptItemError, QueueStateError
-from zkqueue.flows import definition, model, store
+from zkqueue.flows import definition, model, packing, store
 from zkqueue.flows.definition import Definition, Ending
 from zkqueue.flows.model import FlowRecord, FlowState, HistoryEntry, StepError
 from zkqueue.jobs.model import Record
@@ -280,7 +280,7 @@ class Handoff:
             groups.append((i, token, ops, 1 + first, tally, read is None))
         pending = list(range(len(groups)))
         while pending:
-            chunks = self._pack([groups[g][2] for g in pending], pending)
+            chunks = [[pending[k] for k in chunk] for chunk in packing.pack([groups[g][2] for g in pending])]
             sent = []
             for chunk in chunks:
                 ops = [op for g in chunk for op in groups[g][2]]
@@ -308,16 +308,11 @@ class Handoff:
                         self._tally(tally)
                         out[i] = OK
                     continue
-                failed = result.failed_index
-                at, owner = 0, None
-                for g in chunk:
-                    if failed is not None and at <= failed < at + len(groups[g][2]):
-                        owner = g
-                        break
-                    at += len(groups[g][2])
-                if owner is None:  # no op named: each goes alone
+                found = packing.owner([groups[g][2] for g in chunk], result.failed_index)
+                if found is None:  # no op named: each goes alone
                     alone.extend((groups[g][0], {"raced": True}) for g in chunk)
                     continue
+                owner = chunk[found[0]]
                 self.races += 1
                 alone.append((groups[owner][0], {"raced": True}))
                 pending.extend(g for g in chunk if g != owner)
@@ -331,21 +326,6 @@ class Handoff:
             except Exception as exc:  # noqa: BLE001 - per item, as end() raises it
                 out[i] = exc
         return [o if o is not None else QueueStateError("not ended") for o in out]
-
-    def _pack(self, groups: list[list[Any]], ids: list[int]) -> list[list[int]]:
-        """``ids`` (one per group of ops, in order) cut into runs whose ops fit one multi each."""
-        budget = api.jute_max_buffer() - api.MULTI_SLACK
-        chunks: list[list[int]] = []
-        size = count = 0
-        for g, ops in zip(ids, groups):
-            g_size = sum(api.op_cost(op) for op in ops)
-            if not chunks or size + g_size > budget or count + len(ops) > api.MAX_MULTI_OPS:
-                chunks.append([])
-                size = count = 0
-            chunks[-1].append(g)
-            size += g_size
-            count += len(ops)
-        return chunks
 
     # ------------------------------------------------------------------------------------------ claim seam
     def exhausted(self, step: str) -> Callable[[Record, int], Completion | None]:
