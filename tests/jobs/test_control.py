@@ -68,12 +68,13 @@ def test_cancel_a_retrying_job(zk_client) -> None:
 
 def test_cancel_a_running_sync_job_ends_it_cancelled(zk_client) -> None:
     started = threading.Event()
+    both_asked = threading.Event()  # the handler stops only after both cancels: the job is running for each
     seen: list[bool] = []
 
     def handler(job):
         started.set()
         deadline = time.monotonic() + 20
-        while not job.cancel_requested and time.monotonic() < deadline:
+        while not (job.cancel_requested and both_asked.is_set()) and time.monotonic() < deadline:
             time.sleep(0.01)
         seen.append(job.cancel_requested)
         return "stopped early"
@@ -85,6 +86,7 @@ def test_cancel_a_running_sync_job_ends_it_cancelled(zk_client) -> None:
         assert jq.get("run").state is JobState.ACTIVE
         assert jq.cancel("run") is True
         assert jq.cancel("run") is True  # requested before
+        both_asked.set()
         job = jq.wait("run", timeout=10)
         assert job.state is JobState.CANCELLED and job.result is None and seen == [True]
         assert worker.stats()["cancelled"] == 1
