@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import queueutil
 
@@ -275,10 +276,75 @@ def test_held_nodes_end_themselves_each_way(zk_client) -> None:
         assert sorted(zk_client.get_children("/seams/side")) == ["kept", "own"]
         (again,) = q.claim_nodes(5, timeout=5, block_leases=True)  # only the one given back
         assert again.items == ["f2"]
-        with pytest.raises(QueueStateError, match="not held under an item lease"):
-            again.ack_ops()  # a block lease's lock is shared: its ack is the engine's to build
         assert again.finish() == "done"
+        again.forget()  # ended already: nothing to do, nothing raised
+        gone = q.claim_nodes(1, timeout=0.2)
+        assert gone == []
+        with pytest.raises(QueueStateError, match="not held"):
+            HeldNode(type(acked._outcome)(None, "x", b"", 0, []), acked._puller).ack_ops()
     assert zk_client.get_children(QPATH) == [] and len(zk_client.get_children(NEXT)) == 1
+
+
+def _block_locks(client) -> list[str]:
+    return [n for n in client.get_children(LPATH) if n.startswith("block-")]
+
+
+def test_acks_of_ones_own_under_a_block_lease_give_the_block_back_in_the_same_multi(zk_client) -> None:
+    """Under a block lease ``ack_ops`` is the node's delete (fenced by the session) and the extra ops;
+    ``block_tail`` of the nodes a multi ends gives the deletes of the block locks they empty, to commit in that
+    multi. A block with members left keeps its lock; ``committed()`` before ``forget`` keeps the engine from
+    deleting the lock again."""
+    from zkqueue.engine.api import block_tail, run_multi
+
+    fill(zk_client, ["b1", "b2", "b3"])
+    zk_client.ensure_path("/seams/side")
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        first, second, third = q.claim_nodes(3, timeout=5, block_leases=True)
+        assert len(_block_locks(zk_client)) == 1
+        ops, first_extra = first.ack_ops([create_op("/seams/side/b1", b"x")])
+        assert first_extra == len(ops) - 1 and ops[first_extra - 1].path == first.path  # no lease op of its own
+        tail = block_tail([first])
+        assert tail.ops == []  # two members left: the block stays held
+        assert run_multi(zk_client, ops).ok
+        first.forget()
+        assert len(_block_locks(zk_client)) == 1
+        both = [op for node in (second, third) for op in node.ack_ops([])[0]]
+        tail = block_tail([second, third])
+        assert len(tail.ops) == 1
+        assert run_multi(zk_client, both + tail.ops).ok
+        assert _block_locks(zk_client) == []  # gone with the acks
+        tail.committed()
+        second.forget()
+        third.forget()
+        fill(zk_client, ["b4"])
+        (again,) = q.claim_nodes(1, timeout=5, block_leases=True)  # the block is free again
+        assert again.items == ["b4"] and again.finish() == "done"
+    assert zk_client.get_children(QPATH) == [] and sorted(zk_client.get_children("/seams/side")) == ["b1"]
+
+
+def test_a_block_lease_whose_ack_ops_were_built_is_not_moved_to_item_leases(zk_client) -> None:
+    """From ``ack_ops`` until the node is forgotten or released its block lease stays a block lease (the lease
+    keeper moves the unfinished items of a block held too long to item leases; the ops built would then fail)."""
+    from zkqueue.engine import leases as engine_leases
+    from zkqueue.engine.api import block_tail, run_multi
+
+    fill(zk_client, ["s1", "s2"])
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        built, idle = q.claim_nodes(2, timeout=5, block_leases=True)
+        ops, _first = built.ack_ops([])
+        time.sleep(engine_leases.DOWNGRADE_AFTER + 1.0)  # the keeper looks every 0.25 s
+        assert zk_client.get_children(built.path) == [] and len(_block_locks(zk_client)) == 1  # not downgraded
+        assert run_multi(zk_client, ops).ok
+        built.forget()
+        # Once no ack of its own is under way, the block held too long is moved to an item lease as before.
+        wait_for(lambda: _block_locks(zk_client) == [] and zk_client.get_children(idle.path) != [], timeout=10)
+        ops, _first = idle.ack_ops([])
+        assert block_tail([idle]).ops == []  # an item lease: its lock goes in its own ops
+        assert run_multi(zk_client, ops).ok
+        idle.forget()
+    assert zk_client.get_children(QPATH) == [] and _block_locks(zk_client) == []
 
 
 def test_complete_nodes_says_how_each_node_ended(zk_client, zk_client_factory) -> None:

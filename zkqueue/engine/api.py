@@ -39,7 +39,16 @@ from zkqueue.engine.commit import (
 )
 from zkqueue.engine.commit import op_size as op_cost
 from zkqueue.engine.config import DEFAULT_BATCH_SIZE, QueueConfig
-from zkqueue.engine.held import HeldNode, commit_while_held, finish_nodes, forget_nodes, release_nodes
+from zkqueue.engine.context import TokenSource
+from zkqueue.engine.held import (
+    BlockTail,
+    HeldNode,
+    block_tail,
+    commit_while_held,
+    finish_nodes,
+    forget_nodes,
+    release_nodes,
+)
 from zkqueue.engine.leases import held_items, removal_ops
 from zkqueue.engine.log_limits import DEFAULT_WINDOW, RepeatLimiter, is_connection_error
 from zkqueue.engine.parking import minute_buckets, parked_count
@@ -91,6 +100,7 @@ __all__ = [
     "REQUEST_HEADER_BYTES",
     "Backoff",
     "BlobTarget",
+    "BlockTail",
     "BlobWriter",
     "CheckOp",
     "ClaimHook",
@@ -107,7 +117,9 @@ __all__ = [
     "QueueConfig",
     "RepeatLimiter",
     "SetDataOp",
+    "TokenSource",
     "blobs",
+    "block_tail",
     "check_op",
     "commit_while_held",
     "finish_nodes",

@@ -75,6 +75,9 @@ class Outcome:
     #: else's); None while it is not known (not completed yet, or deferred after a lost reply: retried later, at
     #: the latest when the queue closes).
     settled: str | None = None
+    #: The leases :meth:`Puller.ack_ops <zkqueue.engine.pull.Puller.ack_ops>` keeps busy (not downgraded, so the ops
+    #: it built stay right) until the node is forgotten, released or completed.
+    ack_busy: list[Lease] | None = None
 
     def node(self, path: str) -> ClaimedNode:
         return ClaimedNode(self.name, path, self.version, self.data, self.items)
@@ -430,7 +433,7 @@ class Completer:
         if not held:
             return
         # Not "released": their nodes are gone, and a released name is claimed again while a listing shows it.
-        self._leases.release_blocks(self._leases.finished(held))
+        self._leases.release_emptied(self._leases.finished(held))
 
     def _release(self, fence: str | None, held: list[Held]) -> None:
         with self._deferred_lock:

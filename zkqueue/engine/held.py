@@ -29,7 +29,7 @@ from zkqueue.engine.seams import ClaimedNode, Completion
 
 log = logging.getLogger("zkqueue.engine.held")
 
-__all__ = ["HeldNode", "commit_while_held", "finish_nodes", "forget_nodes", "release_nodes"]
+__all__ = ["BlockTail", "HeldNode", "block_tail", "commit_while_held", "finish_nodes", "forget_nodes", "release_nodes"]
 
 
 class HeldNode:
@@ -124,8 +124,9 @@ class HeldNode:
         """The ops of this node's ack with ``extra_ops``, fenced exactly as the engine commits them (the session
         fence's check, the item lease's fence child, the node at its version, ``extra_ops``, the lease's lock), and
         the index of the first extra op: a failure before it means the lease was lost. Commit them in a multi of
-        your own, then call :meth:`forget`. :class:`~zkqueue.errors.QueueStateError` unless the node is held under
-        an item lease (``claim_nodes(block_leases=True)`` holds blocks)."""
+        your own, then call :meth:`forget` (or :meth:`release` if it did not commit). Under a block lease the ack
+        is the node's delete alone; the block's lock goes once its last member is forgotten. From the first call
+        until the node is ended its lease stays as it is (a block lease is not moved to item leases meanwhile)."""
         return self._puller.ack_ops(self._outcome, list(extra_ops))
 
     def forget(self) -> None:
@@ -159,6 +160,44 @@ def forget_nodes(nodes: Iterable[HeldNode]) -> None:
     """Let go of ``nodes`` that the caller ended in a multi of its own built from :meth:`HeldNode.ack_ops`."""
     for puller, outcomes in _by_puller(nodes).items():
         puller.forget(outcomes)
+
+
+class BlockTail:
+    """The block locks a caller's own multi gives up with the acks of a batch of nodes (see :func:`block_tail`):
+    ``ops`` go at the end of that multi; once its outcome is known, say so with :meth:`committed` (or
+    :meth:`unsure` after a lost reply) BEFORE forgetting the nodes, so the engine does not delete those locks again.
+    A multi that failed needs nothing: the locks go as the nodes are forgotten."""
+
+    __slots__ = ("_leases", "ops")
+
+    def __init__(self, ops: list[Any], leases: list[Any]) -> None:
+        self.ops = ops
+        self._leases = leases
+
+    def committed(self) -> None:
+        """The multi with :attr:`ops` committed: those locks are gone."""
+        for lease in self._leases:
+            lease.tail = "done"
+
+    def unsure(self) -> None:
+        """The multi's reply was lost: those locks are deleted later only if they are still this consumer's."""
+        for lease in self._leases:
+            if lease.tail is None:
+                lease.tail = "unsure"
+
+
+def block_tail(nodes: Iterable[HeldNode]) -> BlockTail:
+    """The block leases that ``nodes`` empty if every one of them is acked now (their :meth:`HeldNode.ack_ops`
+    built first): their locks' deletes, to commit in the same multi as those acks, so a batch of ends built from
+    ``ack_ops`` gives its blocks back with no round trip of its own. Without them, :meth:`HeldNode.forget` of a
+    block's last member deletes its lock in a request of its own."""
+    ops: list[Any] = []
+    leases: list[Any] = []
+    for puller, outcomes in _by_puller(nodes).items():
+        part_ops, part_leases = puller.block_tail(outcomes)
+        ops += part_ops
+        leases += part_leases
+    return BlockTail(ops, leases)
 
 
 def commit_while_held(nodes: Sequence[HeldNode], ops_of: Sequence[Sequence[Any]]) -> list[Any]:

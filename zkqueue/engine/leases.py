@@ -83,6 +83,10 @@ class Lease:
     busy: int = 0
     #: A downgrade of it is under way: commits on its items wait for it (their ops depend on its kind).
     downgrading: bool = False
+    #: Its lock's delete went in a multi of a caller's own that ended its last members (see
+    #: :func:`zkqueue.engine.held.block_tail`): ``"done"`` (committed) or ``"unsure"`` (the reply was lost);
+    #: None: not yet. Once emptied, a "done" lock is not deleted again, an "unsure" one only if it is still ours.
+    tail: str | None = None
 
 
 @dataclass(eq=False)
@@ -528,6 +532,12 @@ class Leases:
                         del self._blocks[lease.block]  # type: ignore[arg-type]
                     emptied.append(lease)
         return emptied
+
+    def release_emptied(self, leases: Sequence[Lease]) -> None:
+        """:meth:`release_blocks` of emptied block leases, minding a tail a caller's multi carried for them (see
+        :attr:`Lease.tail`): a committed one is done, an unsure one is deleted only if it is still ours."""
+        self.release_blocks([lease for lease in leases if lease.tail is None])
+        self.release_blocks([lease for lease in leases if lease.tail == "unsure"], unsure=True)
 
     def release_blocks(self, leases: Sequence[Lease], *, unsure: bool = False) -> None:
         """Delete the lock nodes of emptied block leases, fenced.

@@ -222,14 +222,31 @@ class Puller:
 
     def ack_ops(self, outcome: Outcome, extra_ops: list[Any]) -> tuple[list[Any], int]:
         """The fenced ops of ``outcome``'s ack with ``extra_ops`` and the index of the first extra op (see
-        :meth:`HeldNode.ack_ops <zkqueue.engine.held.HeldNode.ack_ops>`)."""
+        :meth:`HeldNode.ack_ops <zkqueue.engine.held.HeldNode.ack_ops>`). The node's lease is kept as it is (a
+        block lease is not downgraded) from the first call until the node is forgotten, released or completed, so
+        the ops stay those of its lease."""
         held = outcome.held
-        if held is None or held.lease.kind is not LeaseKind.ITEM or held.lease.fence is None:
-            raise QueueStateError(f"node {outcome.name} is not held under an item lease")
-        prefix = Leases.prefix_for(held.lease.session_fence)
-        ops = prefix + item_finish_ops(held.lease.fence, held.lease.lock,
-                                       [delete_op(held.path, outcome.version), *extra_ops])
+        if held is None:
+            raise QueueStateError(f"node {outcome.name} is not held")
+        if outcome.ack_busy is None:
+            outcome.ack_busy = self._taker.leases.begin([held])
+        lease = held.lease
+        prefix = Leases.prefix_for(lease.session_fence)
+        if lease.kind is LeaseKind.BLOCK:
+            # A block lease is given up by its lock's delete once its last member is finished (see forget()).
+            return prefix + [delete_op(held.path, outcome.version), *extra_ops], len(prefix) + 1
+        if lease.fence is None:
+            raise QueueStateError(f"node {outcome.name} is not held under a fenced lease")
+        ops = prefix + item_finish_ops(lease.fence, lease.lock, [delete_op(held.path, outcome.version), *extra_ops])
         return ops, len(prefix) + 2
+
+    def block_tail(self, outcomes: list[Outcome]) -> tuple[list[Any], list[Any]]:
+        """The deletes of the block locks that ``outcomes`` would empty if all of them were acked now, and their
+        leases (see :func:`zkqueue.engine.held.block_tail`). Only outcomes whose :meth:`ack_ops` were built count:
+        their leases stay as they are meanwhile."""
+        helds = [o.held for o in outcomes if o.held is not None and o.ack_busy is not None]
+        ops, leases = self._taker.leases.releases_if_finished(helds)
+        return ops, leases
 
     def release(self, outcomes: list[Outcome]) -> None:
         """Give claimed nodes back untouched."""
@@ -241,6 +258,9 @@ class Puller:
     def _ended(self, outcomes: Iterable[Outcome]) -> None:
         for o in outcomes:
             self._held.pop(o.name, None)
+            if o.ack_busy is not None:
+                self._taker.leases.end(o.ack_busy)
+                o.ack_busy = None
 
     def close(self) -> None:
         """Give back the nodes still claimed and not ended: their leases would otherwise outlive the queue (until

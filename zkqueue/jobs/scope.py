@@ -14,9 +14,11 @@ from typing import Any, Callable, Sequence
 
 from zkqueue.engine.api import (
     CONNECTION_ERRORS,
+    BlockTail,
     Completion,
     DistributedQueue,
     HeldNode,
+    block_tail,
     commit_while_held,
     finish_nodes,
     release_nodes,
@@ -200,7 +202,8 @@ class HeldJob:
     def ack_ops(self, extra_ops: list[Any]) -> tuple[list[Any], int]:
         """The ops of this job's ack with ``extra_ops``, fenced by its lease exactly as the engine commits them
         (the session fence's check, the item lease's fence child, the item at its version, ``extra_ops``, the
-        lease's lock), and the index of the first extra op: a failure before it means the lease was lost."""
+        lease's lock), and the index of the first extra op: a failure before it means the lease was lost. Under a
+        block lease the ack is the item's delete; :func:`ack_tail` gives the block locks a batch of acks empties."""
         return self._node.ack_ops(extra_ops)
 
     def forget(self) -> None:
@@ -231,6 +234,13 @@ def finish_many(pairs: Sequence[tuple[HeldJob, Completion]]) -> None:
         held._node.completion = completion
         nodes.append(held._node)
     finish_nodes(nodes)
+
+
+def ack_tail(helds: Sequence[HeldJob]) -> BlockTail:
+    """The block locks that acks of ``helds`` (built by :meth:`HeldJob.ack_ops`) empty, to delete in the same
+    multi: see :func:`zkqueue.engine.api.block_tail`; say how that multi went (``committed()``, ``unsure()``) before
+    the jobs are forgotten."""
+    return block_tail(held._node for held in helds if not held._done)
 
 
 def release_many(helds: Sequence[HeldJob]) -> None:
