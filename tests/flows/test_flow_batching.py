@@ -105,3 +105,46 @@ def test_a_flow_worker_ends_its_steps_in_batches_each_recorded_once(zk_client) -
         assert [j.results["c"] for j in jobs] == [i + 3 for i in range(40)]
         assert all([(h.step, h.attempts) for h in j.history] == [("a", 1), ("b", 1), ("c", 1)] for j in jobs)
         assert worker.stats()["completed"] == 120 and worker.handled == 120 and worker.errors == 0
+
+
+def _block_locks(zk_client, flow: Flow, step: str) -> list[str]:
+    return [n for n in zk_client.get_children(flow.queue(step).paths.locks) if n.startswith("block-")]
+
+
+def test_step_jobs_under_a_block_lease_give_the_block_back_with_the_batch_that_ends_its_last_members(
+        zk_client) -> None:
+    """Step jobs claimed under one block lease (as a flow worker of short handlers claims them): a batch of ends
+    that leaves members of the block keeps its lock; the batch that ends the last ones deletes it in its own multi,
+    and the block can be claimed again at once."""
+    flow = Flow(zk_client, PATH, retry=FAST)
+    flow.step("a", lambda job: 1, next="b")
+    flow.step("b", lambda job: 2)
+    with flow:
+        for i in range(6):
+            flow.add({"n": i}, job_id=f"k{i}")
+        helds = []
+        while len(helds) < 6:
+            got = flow.queue("a").claim_many(6 - len(helds), timeout=10, block_leases=True)
+            assert got, "no step job of a came within 10 s"
+            helds += got
+        assert len(_block_locks(zk_client, flow, "a")) == 1
+
+        def end(batch: list) -> None:
+            items = [(StepRef("a", h.record, h.version, h.ack_ops, h), Ending(ok=True, result=1),
+                      flow.handoff.read(h.record.id)) for h in batch]
+            for h, outcome in zip(batch, flow.handoff.end_many(items)):
+                assert outcome == OK, outcome
+                h.forget()
+
+        end(helds[:2])
+        assert len(_block_locks(zk_client, flow, "a")) == 1  # four members left
+        end(helds[2:])
+        assert _block_locks(zk_client, flow, "a") == []
+        flow.add({"n": 6}, job_id="k6")  # its item falls in the same block of sequence numbers
+        (again,) = flow.queue("a").claim_many(1, timeout=10, block_leases=True)
+        assert again.record.id == "k6"
+        again.release()
+        with flow.work(concurrency=2):
+            jobs = [flow.wait(f"k{i}", timeout=30) for i in range(7)]
+        assert all(j.state is FlowState.COMPLETED and j.results["b"] == 2 for j in jobs)
+        assert all(_block_locks(zk_client, flow, s) == [] for s in ("a", "b"))

@@ -243,7 +243,7 @@ class CanvasHandoff(Handoff):
         return slot.result()
 
     def _commit_batch(self, canvas_id: str, batch: list[_Slot]) -> None:
-        token = uuid.uuid4().hex[:16]
+        token = self.tokens.next()
         ambiguous = False
         with self._graph_lock:
             read: Any = self._last.pop(canvas_id, UNREAD)
@@ -292,10 +292,10 @@ class CanvasHandoff(Handoff):
                 return
             failed = result.failed_index
             at = 0
-            for sl, (g_ops, fence_len) in zip(live, groups):
+            for sl, (g_ops, fence_len, lease_from) in zip(live, groups):
                 if failed is not None and at <= failed < at + len(g_ops):
                     rel = failed - at
-                    if rel < fence_len or rel == len(g_ops) - 1:  # its lease is lost (or its job was dropped)
+                    if rel < fence_len or rel >= lease_from:  # its lease is lost (or its job was dropped)
                         if ambiguous:  # (a lost connection here raises: the jobs are given back)
                             again = self.read_canvas(canvas_id, synced=True)
                             if again is not None and again[0].committed(token):
@@ -320,15 +320,16 @@ class CanvasHandoff(Handoff):
         return Handoff.end(self, ref, ending, None)
 
     def _batch_ops(self, read: tuple[FlowRecord, int], live: list[_Slot], token: str
-                   ) -> tuple[FlowRecord, list[tuple[list[Any], int]]]:
+                   ) -> tuple[FlowRecord, list[tuple[list[Any], int, int]]]:
         """The canvas record after every end of ``live`` (applied in turn) and, per end, its fenced ack's ops with
-        the next nodes' jobs, and how many of its first ops are its fence."""
+        the next nodes' jobs, how many of its first ops are its fence, and from which op on its ops are its lease's
+        (a failure there or in the fence: the job is no longer ours)."""
         rec = read[0]
         groups = []
         for sl in live:
             rec, extra = self._apply(rec, sl.ref, sl.ending, token)
             ops, first = sl.ref.ack_ops(extra) if sl.ref.ack_ops is not None else (extra, 0)
-            groups.append((ops, first + 1))
+            groups.append((ops, first + 1, first + len(extra)))
         return rec, groups
 
     def _apply(self, rec: FlowRecord, ref: StepRef, ending: Ending | None, token: str
@@ -380,7 +381,7 @@ class CanvasHandoff(Handoff):
         log.warning("node %s of canvas %s used all %d attempts (its workers were lost): it is dead", where[1],
                     where[0], record.attempts)
         ending = Ending(ok=False, errors=step_errors(ref.step, dead)[-1:])
-        return Completion.ack(extra_ops=self._build(ref, ending, uuid.uuid4().hex[:16], self.read(record.id)))
+        return Completion.ack(extra_ops=self._build(ref, ending, self.tokens.next(), self.read(record.id)))
 
     # ------------------------------------------------------------------------------------------ adding
     def add(self, graph: Graph, canvas_id: str) -> bool:

@@ -76,7 +76,7 @@ class StepRun:
     @classmethod
     def of(cls, step: Step, held: HeldJob, view: StepView) -> StepRun:
         """The run of ``held`` whose flow record :func:`look` read as ``view``."""
-        return cls(step, held, StepRef(step.name, held.record, held.version, held.ack_ops), view.read, view.job,
+        return cls(step, held, StepRef(step.name, held.record, held.version, held.ack_ops, held), view.read, view.job,
                    view.before)
 
 
@@ -196,7 +196,7 @@ def _failure(flow: EndedFlow, run: StepRun, exc: BaseException) -> Any:
                                          now_ms() + int(delay * 1000), errors))
     log.warning("step %s of flow job %s is dead after attempt %d: %s: %s", step.name, record.id,
                 record.attempts, type(exc).__name__, exc)
-    dead = StepRef(step.name, replace(record, errors=errors), run.ref.version, run.ref.ack_ops)
+    dead = StepRef(step.name, replace(record, errors=errors), run.ref.version, run.ref.ack_ops, run.ref.held)
     return ("handoff", dead, Ending(ok=False, errors=step_errors(step.name, dead.record)), run.read, DEAD)
 
 

@@ -16,18 +16,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from kazoo.exceptions import NoNodeError
 
 from zkqueue.engine import api
-from zkqueue.engine.api import CONNECTION_ERRORS, Backoff, Completion, delete_op, wait_connected
+from zkqueue.engine.api import CONNECTION_ERRORS, Backoff, Completion, TokenSource, delete_op, wait_connected
 from zkqueue.errors import CorruptItemError, QueueStateError
 from zkqueue.flows import definition, model, packing, store
 from zkqueue.flows.definition import Definition, Ending
 from zkqueue.flows.model import FlowRecord, FlowState, HistoryEntry, StepError
+from zkqueue.jobs import scope
 from zkqueue.jobs.model import Record
 
 log = logging.getLogger("zkqueue.flows.handoff")
@@ -55,6 +55,9 @@ class StepRef:
     record: Record
     version: int
     ack_ops: Callable[[list[Any]], tuple[list[Any], int]] | None = None
+    #: The held job (a :class:`~zkqueue.jobs.scope.HeldJob`) whose ``ack_ops`` these are: a batch of ends gives
+    #: up the block leases it empties in its own multi (:func:`~zkqueue.jobs.scope.ack_tail`). None: no such tail.
+    held: Any = None
 
     @property
     def job_id(self) -> str:
@@ -103,6 +106,9 @@ class Handoff:
         self.skipped = 0  # step jobs dropped without a flow record to go with (counted, logged)
         self.races = 0  # hand-offs built again after another one changed the flow record first
         self.counts = StepCounts()
+        #: Each hand-off's token (in its history entry: how a multi whose reply was lost is known to have committed);
+        #: a counter behind a random prefix, so none costs a system call on the thread that commits the ends.
+        self.tokens = TokenSource()
 
     def read(self, job_id: str) -> tuple[FlowRecord, int] | None:
         """The flow record of ``job_id`` and its version; None if it is gone or unreadable (logged, counted: its
@@ -163,7 +169,7 @@ class Handoff:
         :meth:`end_many` passes on a hand-off it could not commit in its batch: its ``token`` and whether the
         batch's reply was lost (``ambiguous``: the flow record tells whether it committed), or whether it lost a
         version race there (``raced``: the record is read again first)."""
-        token = token or uuid.uuid4().hex[:16]
+        token = token or self.tokens.next()
         stale = raced  # the first try expects no leftover step records of an earlier run (a failure looks)
         if raced or ambiguous:
             read = UNREAD
@@ -175,10 +181,11 @@ class Handoff:
                 self._tally(tally)
                 return OK
             tally = {}
-            ops, fence_len = self._build(ref, ending, token, read, stale, tally), 1
+            ops = self._build(ref, ending, token, read, stale, tally)
+            fence_len, lease_from = 1, len(ops)  # ops before fence_len or from lease_from on: our hold on the job
             if ref.ack_ops is not None:
                 ops, first = ref.ack_ops(ops)
-                fence_len += first
+                fence_len, lease_from = fence_len + first, lease_from + first
             try:
                 result = api.run_multi(self._client, ops)
             except CONNECTION_ERRORS as exc:
@@ -193,7 +200,7 @@ class Handoff:
                 self._tally(tally)
                 return OK
             failed = result.failed_index
-            if failed is not None and (failed < fence_len or failed == len(ops) - 1):
+            if failed is not None and (failed < fence_len or failed >= lease_from):
                 if ambiguous:
                     again = self.read(ref.job_id)
                     if again is not None and again[0].committed(token):
@@ -270,7 +277,7 @@ class Handoff:
                 alone.append((i, {}))
                 continue
             records.add(key)
-            token, tally = uuid.uuid4().hex[:16], {}
+            token, tally = self.tokens.next(), {}
             try:
                 ops = self._build(ref, ending, token, read, False, tally)
                 ops, first = ref.ack_ops(ops)
@@ -284,21 +291,28 @@ class Handoff:
             sent = []
             for chunk in chunks:
                 ops = [op for g in chunk for op in groups[g][2]]
+                tail = self._tail([items[groups[g][0]][0] for g in chunk], len(ops))
+                if tail is not None:
+                    ops += tail.ops
                 try:
-                    sent.append((chunk, ops, api.send_multi(self._client, ops)))
+                    sent.append((chunk, ops, tail, api.send_multi(self._client, ops)))
                 except CONNECTION_ERRORS:
-                    sent.append((chunk, ops, None))
+                    sent.append((chunk, ops, None, None))
             pending = []
-            for chunk, ops, reply in sent:
+            for chunk, ops, tail, reply in sent:
                 try:
                     result = reply.result() if reply is not None else None
                 except CONNECTION_ERRORS as exc:
                     log.warning("a batch of %d hand-off(s) lost its reply (%r); checking each", len(chunk), exc)
                     result = None
                 if result is None:  # committed or not: each one's flow record says (its token)
+                    if tail is not None:
+                        tail.unsure()
                     alone.extend((groups[g][0], {"token": groups[g][1], "ambiguous": True}) for g in chunk)
                     continue
                 if result.ok:
+                    if tail is not None:
+                        tail.committed()
                     for g in chunk:
                         i, _token, _ops, _fence, tally, unrecorded = groups[g]
                         if unrecorded:
@@ -327,6 +341,18 @@ class Handoff:
                 out[i] = exc
         return [o if o is not None else QueueStateError("not ended") for o in out]
 
+    @staticmethod
+    def _tail(refs: list[StepRef], op_count: int) -> Any:
+        """The block releases a multi of ``op_count`` ops ending ``refs`` can carry (None: none, or no room)."""
+        helds = [ref.held for ref in refs if ref.held is not None]
+        if not helds:
+            return None
+        tail = scope.ack_tail(helds)
+        if not tail.ops or op_count + len(tail.ops) > api.MAX_MULTI_OPS or sum(
+                api.op_cost(op) for op in tail.ops) > api.MULTI_SLACK // 2:
+            return None
+        return tail
+
     # ------------------------------------------------------------------------------------------ claim seam
     def exhausted(self, step: str) -> Callable[[Record, int], Completion | None]:
         """The job layer's ``on_exhausted`` for ``step``: a step job whose workers kept dying is dead; its death
@@ -341,7 +367,7 @@ class Handoff:
             read = self.read(record.id)
             ending = Ending(ok=False, errors=step_errors(step, dead)[-1:])
             tally: dict[str, Any] = {}
-            ops = self._build(ref, ending, uuid.uuid4().hex[:16], read, tally=tally)
+            ops = self._build(ref, ending, self.tokens.next(), read, tally=tally)
             self._tally(tally)  # decided here; it commits with the claim
             return Completion.ack(extra_ops=ops)
 

@@ -193,7 +193,7 @@ class FlowWorker:
         self._limited: list[LimitedStep] = []
         self._reads: dict[tuple[str, str], Any] = {}  # (step, job id) -> its flow record read as it started
         # Ends committed many per multi on a thread of their own, unless an executor was chosen for them.
-        self._committer = _Committer(self, name) if end_executor is None else None
+        self._committer = _Committer(self, name, ) if end_executor is None else None
         sources: list[Any] = []
         routes: dict[int, Route] = {}
         for step in steps:
@@ -213,7 +213,7 @@ class FlowWorker:
         if prefetch is None:  # claims and starts are many per round trip: hold enough ahead to fill them
             prefetch = max(FLOW_PREFETCH, 8 * concurrency)
         self.runtime = Worker(sources, lambda source, _job: routes[id(source)], [driver], concurrency=concurrency,
-                              timeout=timeout, prefetch=prefetch, block_leases=False, name=name,
+                              timeout=timeout, prefetch=prefetch, name=name,
                               start_ahead=min(prefetch, max(START_AHEAD, 4 * concurrency)))
         self.runtime.start()
 
