@@ -446,3 +446,27 @@ def test_closing_a_pull_queue_gives_back_what_it_holds(zk_client) -> None:
     with again:
         assert sorted(o.items[0] for o in again.claim_nodes(5, timeout=5)) == ["c1", "c2", "c3"]
     assert held[0].finish() == "lost"  # ended after its queue gave it back: its lease is gone
+
+
+def test_checks_of_commit_while_held_go_once_per_multi_and_fail_every_group(zk_client) -> None:
+    """``commit_while_held(..., checks)``: ops every group depends on (a queue's pause check) lead each multi once;
+    when one fails, every group fails with it (``op`` is the check's index) and nothing commits."""
+    from kazoo.exceptions import BadVersionError
+
+    from zkqueue.engine.api import commit_while_held
+
+    fill(zk_client, ["c1", "c2", "c3"])
+    zk_client.ensure_path("/seams/side")
+    zk_client.create("/seams/gate", b"")
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q:
+        nodes = q.claim_nodes(3, timeout=5)
+        ops_of = [[create_op(f"/seams/side/{n.name}", b"")] for n in nodes]
+        zk_client.set("/seams/gate", b"paused")  # version 1: the check of version 0 fails
+        results = commit_while_held(nodes, ops_of, [check_op("/seams/gate", 0)])
+        assert [(r.ok, r.op, type(r.error)) for r in results] == [(False, 0, BadVersionError)] * 3
+        assert zk_client.get_children("/seams/side") == []
+        results = commit_while_held(nodes, ops_of, [check_op("/seams/gate", 1)])
+        assert all(r.ok for r in results) and len(zk_client.get_children("/seams/side")) == 3
+        for n in nodes:
+            assert n.finish() == "done"

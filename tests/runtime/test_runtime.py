@@ -216,9 +216,9 @@ def test_a_start_whose_reply_was_lost_runs_only_if_its_count_committed(zk_client
         assert len(helds) == 3 and not any(h.counted for h in helds)
         commit = scope.commit_while_held
 
-        def lost_reply(nodes, ops):
+        def lost_reply(nodes, ops, checks=()):
             if committed:
-                commit(nodes, ops)
+                commit(nodes, ops, checks)
             raise ConnectionLoss("reply lost")
 
         monkeypatch.setattr(scope, "commit_while_held", lost_reply)

@@ -98,12 +98,16 @@ class GroupOutcome:
 
 
 class PrefixFailedError(Exception):
-    """The prefix of a multi (e.g. the check of a consumer's fence) failed: nothing of that multi committed."""
+    """The prefix of a multi (e.g. the check of a consumer's fence) failed: nothing of that multi committed.
+    ``done``: from :func:`commit_groups`, per group its outcome when an earlier multi of the call committed it
+    (None: not committed)."""
 
-    def __init__(self, error: BaseException | None, index: int) -> None:
+    def __init__(self, error: BaseException | None, index: int,
+                 done: Sequence[GroupOutcome | None] = ()) -> None:
         super().__init__(f"prefix op {index} failed: {error!r}")
         self.error = error
         self.index = index
+        self.done = list(done)
 
 
 def fits_one_multi(ctx: QueueContext, ops: Sequence[Any]) -> bool:
@@ -173,7 +177,8 @@ def commit_groups(
         if result.failed_index is None:
             raise result.failure if result.failure is not None else RuntimeError("multi failed")
         if result.failed_index < len(prefix):
-            raise PrefixFailedError(result.failure, result.failed_index)
+            raise PrefixFailedError(result.failure, result.failed_index,
+                                    [o if o is not None and o.ok else None for o in outcome])
         g, i = owner[result.failed_index - len(prefix)]
         outcome[g] = GroupOutcome(False, error=result.failure, op=i, ambiguous=ambiguous)
         pending.remove(g)

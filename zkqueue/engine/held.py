@@ -200,17 +200,20 @@ def block_tail(nodes: Iterable[HeldNode]) -> BlockTail:
     return BlockTail(ops, leases)
 
 
-def commit_while_held(nodes: Sequence[HeldNode], ops_of: Sequence[Sequence[Any]]) -> list[Any]:
+def commit_while_held(nodes: Sequence[HeldNode], ops_of: Sequence[Sequence[Any]],
+                      checks: Sequence[Any] = ()) -> list[Any]:
     """Commit ``ops_of[i]`` on ``nodes[i]`` while it stays held, fenced by its lease (the session fence, and an
     item lease's fence child), many groups per multi. Per node: None (no ops), False (its lease is gone with its
     session) or the group's :class:`~zkqueue.engine.api.GroupOutcome`. Connection errors propagate: whether the
-    ops committed is then unknown."""
+    ops committed is then unknown. ``checks``: ops every group depends on (e.g. a check that its queue is not
+    paused), sent once per multi: when one fails, every group fails with it, its ``op`` the check's index."""
     results: list[Any] = [None] * len(nodes)
     by_puller: dict[Puller, list[int]] = {}
     for i, node in enumerate(nodes):
         by_puller.setdefault(node._puller, []).append(i)
     for puller, indexes in by_puller.items():
-        part = puller.commit_held([nodes[i]._outcome for i in indexes], [list(ops_of[i]) for i in indexes])
+        part = puller.commit_held([nodes[i]._outcome for i in indexes], [list(ops_of[i]) for i in indexes],
+                                  list(checks))
         for i, res in zip(indexes, part):
             results[i] = res
     return results

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from kazoo.exceptions import NoNodeError
 
 from zkqueue.consumer import ErrorMode
-from zkqueue.engine.commit import CONNECTION_ERRORS, PrefixFailedError, check_op, commit_groups
+from zkqueue.engine.commit import CONNECTION_ERRORS, GroupOutcome, PrefixFailedError, check_op, commit_groups
 from zkqueue.engine.completion import Completer, Outcome
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.delivery import Delivery, decode_node
@@ -340,12 +340,14 @@ class LeaseTaker:
     def _release_outcomes(self, outcomes: list[Outcome]) -> None:
         self._give_back([o.held for o in outcomes if o.held is not None])
 
-    def commit_fenced(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
+    def commit_fenced(self, outcomes: list[Outcome], ops_of: list[list[Any]], checks: list[Any] | None = None
+                      ) -> list[Any]:
         """Commit ``ops_of[i]`` on held node ``outcomes[i]`` without ending it, each group fenced by the node's lease
         (its session fence, and the item lease's fence child), many groups per multi. Per node: None (no ops),
         False (its session, and so its lease, is gone) or the group's :class:`GroupOutcome`. Connection errors
         propagate: whether the ops committed is then unknown. The leases stay as they are (not downgraded) until
-        the reply is in; commits on other nodes go on meanwhile."""
+        the reply is in; commits on other nodes go on meanwhile. ``checks``: ops every group depends on, sent once
+        per multi after the session fence's check; when one fails, every group fails with it (nothing commits)."""
         results: list[Any] = [None] * len(outcomes)
         plans: list[tuple[str | None, list[int], list[list[Any]]]] = []
         busy = self.leases.begin(o.held for i, o in enumerate(outcomes) if ops_of[i] and o.held is not None)
@@ -362,18 +364,25 @@ class LeaseTaker:
                     item_fence = lease.fence if lease.kind is LeaseKind.ITEM else None
                     groups.append(([check_op(item_fence)] if item_fence else []) + ops_of[i])
                 plans.append((fence, indexes, groups))
-            self._commit_plans(plans, results)
+            self._commit_plans(plans, results, list(checks or ()))
         finally:
             self.leases.end(busy)
         return results
 
-    def _commit_plans(self, plans: list[tuple[str | None, list[int], list[list[Any]]]], results: list[Any]) -> None:
+    def _commit_plans(self, plans: list[tuple[str | None, list[int], list[list[Any]]]], results: list[Any],
+                      checks: list[Any]) -> None:
         for fence, indexes, groups in plans:
+            prefix = self.leases.prefix_for(fence)
             try:
-                part = commit_groups(self._ctx, groups, prefix=self.leases.prefix_for(fence))
-            except PrefixFailedError:
-                self.leases.fence_lost(fence)  # its session is gone, and the leases with it
-                part = [False] * len(indexes)
+                part = commit_groups(self._ctx, groups, prefix=prefix + checks)
+            except PrefixFailedError as exc:
+                if exc.index >= len(prefix):  # one of the checks: the groups not committed yet fail with it
+                    done = exc.done or [None] * len(indexes)
+                    part = [o if o is not None else GroupOutcome(False, error=exc.error, op=exc.index - len(prefix))
+                            for o in done]
+                else:
+                    self.leases.fence_lost(fence)  # its session is gone, and the leases with it
+                    part = [False] * len(indexes)
             for i, res in zip(indexes, part):
                 results[i] = res
 

@@ -216,9 +216,10 @@ class Puller:
             self._skip = kept
         return recheck
 
-    def commit_held(self, outcomes: list[Outcome], ops_of: list[list[Any]]) -> list[Any]:
+    def commit_held(self, outcomes: list[Outcome], ops_of: list[list[Any]], checks: list[Any] | None = None
+                    ) -> list[Any]:
         """Ops on claimed nodes that stay held, fenced by their leases (see :meth:`LeaseTaker.commit_fenced`)."""
-        return self._taker.commit_fenced(outcomes, ops_of)
+        return self._taker.commit_fenced(outcomes, ops_of, checks)
 
     def ack_ops(self, outcome: Outcome, extra_ops: list[Any]) -> tuple[list[Any], int]:
         """The fenced ops of ``outcome``'s ack with ``extra_ops`` and the index of the first extra op (see

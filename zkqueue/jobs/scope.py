@@ -269,7 +269,7 @@ def start_many(paths: Any, helds: Sequence[HeldJob], recount: Recount | None = N
     there (the next version, one more attempt, ACTIVE) runs; the others are given back uncounted. Without
     ``recount``, or when that read fails too, they are all given back (an attempt may then be counted for a job
     that did not run, never the other way round). ``fence``: ops put before each job's count (the queue's pause
-    check, :mod:`zkqueue.jobs.control`): when they fail, the job is given back."""
+    check, :mod:`zkqueue.jobs.control`), once per multi: when they fail, the jobs are given back."""
     todo = [h for h in helds if not h.counted and not h._done]
     by_queue: dict[str, list[HeldJob]] = {}
     for h in todo:
@@ -278,7 +278,7 @@ def start_many(paths: Any, helds: Sequence[HeldJob], recount: Recount | None = N
     for group in by_queue.values():
         changes = [store.claim_ops(paths, h.record, h.version) for h in group]
         try:
-            results = commit_while_held([h._node for h in group], [[*fence, *ops] for _active, ops in changes])
+            results = commit_while_held([h._node for h in group], [ops for _active, ops in changes], fence)
         except CONNECTION_ERRORS as exc:
             lost.extend(_settle_lost_count(group, changes, recount, exc))
             continue
