@@ -45,8 +45,11 @@ def main() -> None:
     flow.start()
     worker = flow.work(concurrency=cfg.get("concurrency", 2))
     journal.write("ready")
+    block_leases = False
     while not stop.wait(0.1):
-        pass
+        if not block_leases and worker.runtime.uses_block_leases:
+            block_leases = True  # short handlers: step jobs are claimed under block leases from here on
+            journal.write("block_leases")
     worker.stop()
     flow.close()
     journal.write("done")

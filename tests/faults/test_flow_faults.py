@@ -107,6 +107,8 @@ def test_flows_through_a_leader_kill(ensemble, journal_dir) -> None:
         assert [(h.step, h.status) for h in job.history] == [(s, "done") for s in STEPS], job.history
     ran = {(e["id"], e["step"]) for e in runs}
     assert ran == {(job_id, s) for job_id in ids for s in STEPS}  # every step ran; nothing ran that was not added
+    # The hand-offs went through the kill under block leases (their batches give the blocks back in their multis).
+    assert any(e["ev"] == "block_leases" for w in range(WORKERS) for e in _journal(journal_dir / f"w{w}.jsonl"))
 
 
 def test_a_worker_killed_mid_step_is_retried_and_the_flow_job_completes(ensemble, journal_dir) -> None:
