@@ -470,3 +470,28 @@ def test_checks_of_commit_while_held_go_once_per_multi_and_fail_every_group(zk_c
         assert all(r.ok for r in results) and len(zk_client.get_children("/seams/side")) == 3
         for n in nodes:
             assert n.finish() == "done"
+
+
+def test_a_block_lock_deleted_by_a_tail_is_not_deleted_again_however_its_nodes_end(zk_client,
+                                                                                   zk_client_factory) -> None:
+    """Once a multi of one's own acks carried a block's lock delete (``tail.committed()``), the block may be another
+    consumer's at once: ending the nodes afterwards by ``release`` (not only ``forget``) must not delete its lock."""
+    from zkqueue.engine.api import block_tail, run_multi
+
+    fill(zk_client, ["t1", "t2"])
+    other = DistributedQueue(zk_client_factory(), None, StrSerializer(), QPATH, lock_path=LPATH)
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q, other:
+        first, second = q.claim_nodes(2, timeout=5, block_leases=True)
+        ops = [op for node in (first, second) for op in node.ack_ops([])[0]]
+        tail = block_tail([first, second])
+        assert run_multi(zk_client, ops + tail.ops).ok
+        tail.committed()
+        fill(zk_client, ["t3"])  # in the same block of sequence numbers
+        (theirs,) = other.claim_nodes(1, timeout=5, block_leases=True)
+        (lock,) = _block_locks(zk_client)
+        first.forget()
+        second.release()  # the block's last member, ended by a give-back (e.g. an end that raised after its batch)
+        assert _block_locks(zk_client) == [lock]  # still the other consumer's
+        assert theirs.finish() == "done"
+    assert _block_locks(zk_client) == []

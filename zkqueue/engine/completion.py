@@ -238,8 +238,9 @@ class Completer:
                 assert o.held is not None
                 self._succeeded(o, c)
                 finished.append(o.held)
-            emptied = [lease for lease in self._leases.finished(finished) if lease not in f.tail_leases]
-            self._leases.release_blocks(emptied)
+            for lease in f.tail_leases:
+                lease.tail = "done"  # deleted by the multi that just committed
+            self._leases.release_blocks(self._leases.finished(finished))
             return
         prefix_len = len(self._leases.prefix_for(f.fence))
         if result.failed_index is not None and result.failed_index < prefix_len:
@@ -308,13 +309,13 @@ class Completer:
             else:
                 if self._failed(o, c, res):
                     finished.append(o.held)
-        emptied = self._leases.finished(finished)
         if tail_done is True:
             # The tail deleted the locks of the leases it was planned for. A lease can also be emptied by this
             # completion without being in its tail: another member was given back on another thread while this
             # multi waited. Its lock is deleted now, or it would hold the rest of its block for the session's life.
-            emptied = [lease for lease in emptied if lease not in tail_leases]
-        self._leases.release_blocks(emptied, unsure=tail_done is None)
+            for lease in tail_leases:
+                lease.tail = "done"
+        self._leases.release_blocks(self._leases.finished(finished), unsure=tail_done is None)
 
     def _succeeded(self, o: Outcome, c: Completion) -> None:
         o.settled = "released" if c.action == "release" else "done"
@@ -428,12 +429,13 @@ class Completer:
             self._leases.end(busy)
 
     def forget(self, held: list[Held]) -> None:
-        """Drop items whose nodes the caller already deleted, with their leases' locks, in a multi of its own
-        (built from the lease's ack ops): no request is sent."""
+        """Drop items whose nodes the caller already deleted in a multi of its own (built from the lease's ack
+        ops): an item lease's lock went with it; a block lease emptied now has its lock deleted here, unless that
+        multi carried the delete (see :func:`zkqueue.engine.held.block_tail`)."""
         if not held:
             return
         # Not "released": their nodes are gone, and a released name is claimed again while a listing shows it.
-        self._leases.release_emptied(self._leases.finished(held))
+        self._leases.release_blocks(self._leases.finished(held))
 
     def _release(self, fence: str | None, held: list[Held]) -> None:
         with self._deferred_lock:

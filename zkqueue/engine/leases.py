@@ -83,9 +83,10 @@ class Lease:
     busy: int = 0
     #: A downgrade of it is under way: commits on its items wait for it (their ops depend on its kind).
     downgrading: bool = False
-    #: Its lock's delete went in a multi of a caller's own that ended its last members (see
-    #: :func:`zkqueue.engine.held.block_tail`): ``"done"`` (committed) or ``"unsure"`` (the reply was lost);
-    #: None: not yet. Once emptied, a "done" lock is not deleted again, an "unsure" one only if it is still ours.
+    #: Its lock's delete went in a multi with the acks of its last members (a completion's tail, or a caller's own
+    #: multi: :func:`zkqueue.engine.held.block_tail`): ``"done"`` (committed) or ``"unsure"`` (the reply was lost);
+    #: None: not yet. :meth:`Leases.release_blocks` does not delete a "done" lock again, an "unsure" one only if it
+    #: is still ours.
     tail: str | None = None
 
 
@@ -519,8 +520,10 @@ class Leases:
         return [delete_op(lease.lock) for lease in emptied], emptied
 
     def finished(self, helds: Iterable[Held]) -> list[Lease]:
-        """Mark ``helds`` finished (their outcome is final); return the block leases now empty. The caller
-        deletes their lock nodes, or has done so in the same multi."""
+        """Mark ``helds`` finished (their outcome is final); return the block leases now empty, which the caller
+        MUST pass to :meth:`release_blocks` (it deletes their locks, or knows that a multi already did: see
+        :attr:`Lease.tail`). From here until then their blocks count as being released (:meth:`held_blocks`), so
+        this instance does not claim one of them again before its old lock's delete is settled."""
         emptied = []
         with self._state:
             for h in helds:
@@ -531,28 +534,30 @@ class Leases:
                     if self._blocks.get(lease.block) is lease:  # type: ignore[arg-type]
                         del self._blocks[lease.block]  # type: ignore[arg-type]
                     emptied.append(lease)
+            self._releasing.update(lease.block for lease in emptied if lease.block is not None)
         return emptied
 
-    def release_emptied(self, leases: Sequence[Lease]) -> None:
-        """:meth:`release_blocks` of emptied block leases, minding a tail a caller's multi carried for them (see
-        :attr:`Lease.tail`): a committed one is done, an unsure one is deleted only if it is still ours."""
-        self.release_blocks([lease for lease in leases if lease.tail is None])
-        self.release_blocks([lease for lease in leases if lease.tail == "unsure"], unsure=True)
-
     def release_blocks(self, leases: Sequence[Lease], *, unsure: bool = False) -> None:
-        """Delete the lock nodes of emptied block leases, fenced.
+        """Delete the lock nodes of block leases emptied by :meth:`finished`, fenced.
 
         A block lock is never deleted blindly twice: if a delete's reply is lost (or ``unsure`` says an earlier
         multi may already have deleted it), another consumer may hold that block by now, so the node is deleted
-        only if it is still this instance's (its ephemeral owner is our session and it carries our data).
+        only if it is still this instance's (its ephemeral owner is our session and it carries our data). A lease
+        whose lock a multi of its acks already deleted (:attr:`Lease.tail` "done") is left alone; one whose such
+        multi lost its reply ("unsure") is deleted only if still ours.
         """
         if not leases:
             return
         blocks = [lease.block for lease in leases if lease.block is not None]
-        with self._state:
-            self._releasing.update(blocks)
         try:
-            self._release_blocks(leases, unsure)
+            sure = [lease for lease in leases if lease.tail is None]
+            doubtful = [lease for lease in leases if lease.tail == "unsure"]
+            if unsure:
+                sure, doubtful = [], sure + doubtful
+            if sure:
+                self._release_blocks(sure, False)
+            if doubtful:
+                self._release_blocks(doubtful, True)
         finally:
             self._done_releasing(blocks)
 

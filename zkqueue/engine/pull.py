@@ -3,8 +3,8 @@
 :meth:`Puller.claim` blocks until at least one node is due (in the queue's order and due times) and claims up to
 ``max_nodes`` of them with the same leases and claim hook as the run loop (as many as the hook's ``admit`` lets
 through: it may wait, within the timeout, e.g. at a rate limit); the caller completes each node later with
-:meth:`Puller.complete` (or gives it back). Item leases are used throughout: the caller's pace is unknown and
-a scope may hold its nodes for long. Large items come back with their blob read (one call's worth at a time).
+:meth:`Puller.complete` (or gives it back). Item leases by default: the caller's pace is unknown and a scope
+may hold its nodes for long; a caller that ends its nodes soon asks for block leases. Large items come back with their blob read (one call's worth at a time).
 """
 
 from __future__ import annotations
@@ -259,9 +259,10 @@ class Puller:
     def _ended(self, outcomes: Iterable[Outcome]) -> None:
         for o in outcomes:
             self._held.pop(o.name, None)
-            if o.ack_busy is not None:
-                self._taker.leases.end(o.ack_busy)
-                o.ack_busy = None
+            with self._skip_lock:  # (close() may end nodes while their owner does)
+                busy, o.ack_busy = o.ack_busy, None
+            if busy is not None:
+                self._taker.leases.end(busy)
 
     def close(self) -> None:
         """Give back the nodes still claimed and not ended: their leases would otherwise outlive the queue (until

@@ -576,8 +576,9 @@ class DistributedQueue(Generic[T]):
         ``block_leases`` is for a caller that finishes its nodes soon (an async worker of short jobs): the nodes
         are held under block leases, one lock per block of 64 sequence numbers instead of a lock and a fence per
         node, so a claim of hundreds of nodes writes a handful of nodes. The other names of a held block wait
-        until every claimed node of it is finished. Not with Curator's lock names; :meth:`HeldNode.ack_ops
-        <zkqueue.engine.held.HeldNode.ack_ops>` needs item leases.
+        until every claimed node of it is finished. Not with Curator's lock names. Acks of one's own
+        (:meth:`HeldNode.ack_ops <zkqueue.engine.held.HeldNode.ack_ops>`) give the block back with the last
+        member's forget, or in their own multi (:func:`~zkqueue.engine.held.block_tail`).
         """
         self._check_started()
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes <= 0:

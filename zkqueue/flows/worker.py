@@ -193,7 +193,7 @@ class FlowWorker:
         self._limited: list[LimitedStep] = []
         self._reads: dict[tuple[str, str], Any] = {}  # (step, job id) -> its flow record read as it started
         # Ends committed many per multi on a thread of their own, unless an executor was chosen for them.
-        self._committer = _Committer(self, name, ) if end_executor is None else None
+        self._committer = _Committer(self, name) if end_executor is None else None
         sources: list[Any] = []
         routes: dict[int, Route] = {}
         for step in steps:
