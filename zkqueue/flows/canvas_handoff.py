@@ -458,16 +458,19 @@ class CanvasHandoff(Handoff):
 
     def _chunk_committed(self, canvas_id: str, index: int, node: Node | None, token: str) -> bool:
         """After a lost reply: whether multi ``index`` of our add committed (the record with our token; a root's
-        job, or its status past queued)."""
+        job, or its status past queued). The job is looked for BEFORE the canvas record is read: its end deletes
+        the job and moves the status past queued in one multi, so a job missing first and a status still queued
+        after mean the multi did not commit (read the other way round, a job that ran in between looked never
+        added, and was added again)."""
+        job = None
+        if index > 0 and node is not None:
+            job = self._client.exists(self._queue_paths(node.queue).record(node_job_id(canvas_id, node.name)))
         read = self.read_canvas(canvas_id, synced=True)
         if read is None or read[0].add_token != token:
             return False
-        if index == 0 or node is None:
+        if index == 0 or node is None or job is not None:
             return True
-        if read[0].steps.get(node.name) != model.QUEUED:
-            return True  # it ran (or was dropped) already
-        return self._client.exists(self._queue_paths(node.queue).record(node_job_id(canvas_id, node.name))) \
-            is not None
+        return read[0].steps.get(node.name) != model.QUEUED  # it ran (or was dropped) already
 
     # ------------------------------------------------------------------------------------------ keeping
     def reap(self, keep: Keep | None = None) -> int:
