@@ -38,7 +38,7 @@ class Attempt:
 
     def __init__(self, source: Any, held: HeldJob | None, job: Job | Any, call: Callable[[Any], Any],
                  timeout: float | None, on_settled: Callable[[Attempt], None], policy: Any = None,
-                 driver: Any = None, *, on_begin: Callable[[Attempt], None] | None = None,
+                 driver: Any = None, *, on_begin: Callable[[Attempt], bool | None] | None = None,
                  label: str | None = None) -> None:
         self.label = label if label is not None else str(job.id)
         self.on_begin = on_begin
@@ -62,13 +62,17 @@ class Attempt:
         self.running: Any = None
         self._lock = threading.Lock()
 
-    def begin(self) -> None:
+    def begin(self) -> bool:
         """Called by the driver just before it calls the handler: the attempt's timeout runs from now (not from its
-        start, which may wait for a process pool's child to come up)."""
+        start, which may wait for a process pool's child to come up). False when the handler must not be called:
+        the attempt was settled before it began (a cold stop gave it back: it never ran)."""
+        if self.settled:
+            return False
         self.began = True
         self.started = time.monotonic()
-        if self.on_begin is not None:
-            self.on_begin(self)
+        if self.on_begin is not None and self.on_begin(self) is False:
+            return False
+        return not self.settled
 
     @property
     def settled(self) -> bool:

@@ -53,9 +53,8 @@ class AsyncioDriver:
             raise
 
     async def _run(self, attempt: Attempt) -> None:
-        if attempt.settled:
+        if not attempt.begin():  # settled before it began (a cold stop): never run
             return
-        attempt.begin()
         try:
             value = attempt.call(attempt.job)
             if not inspect.isawaitable(value):

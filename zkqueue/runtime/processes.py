@@ -128,7 +128,8 @@ class ProcessDriver:
 
     def _run(self, slot: _Slot, attempt: Attempt) -> bool:
         """Send ``attempt`` to the child and settle it with the answer; False if the child gave none."""
-        attempt.begin()
+        if not attempt.begin():  # settled before it began (a cold stop): never sent
+            return True
         try:
             slot.conn.send((attempt.call, attempt.job))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:

@@ -106,7 +106,8 @@ class ThreadDriver:
 
 def run(attempt: Attempt) -> None:
     """Call the handler on this thread and settle the attempt with what comes of it."""
-    attempt.begin()
+    if not attempt.begin():  # settled before it began (a cold stop): never run
+        return
     try:
         value = attempt.call(attempt.job)
         if inspect.iscoroutine(value):

@@ -539,14 +539,20 @@ class Worker:
             self._progress.add(run)
             self._cond.notify_all()
 
-    def _begun(self, attempt: Attempt) -> None:
+    def _begun(self, attempt: Attempt) -> bool:
         """The driver calls ``attempt``'s handler now: its timeout runs from here (a process pool's child may have
-        been starting until then). The job's start line is logged here, off the dispatcher's thread."""
+        been starting until then). The job's start line is logged here, off the dispatcher's thread. False (and
+        the attempt given back) when a cold stop came before it began: its handler is not called."""
+        if self._cold.is_set():
+            if attempt.settle(GIVEN_BACK):
+                log.info("job %s of %s is given back unrun (cold stop before it began)", attempt.job.id,
+                         attempt.source.paths.root)
+            return False
         if self._log_jobs:
             log.info("%s %s[%s] started (attempt %d)", attempt.source.paths.root, attempt.job.task or "job",
                      attempt.job.id, attempt.job.attempts)
         if attempt.timeout is None:
-            return
+            return True
         with self._cond:
             if len(self._deadlines) > 2 * len(self._running) + _DEADLINE_SLACK:
                 # attempts that ended long before their deadline would stay (with their job and result) until it
@@ -555,6 +561,7 @@ class Worker:
                 heapq.heapify(self._deadlines)
             heapq.heappush(self._deadlines, (attempt.started + attempt.timeout, next(self._seq), attempt))
             self._cond.notify_all()
+        return True
 
     # ------------------------------------------------------------------------------------------ ends
     def _settled(self, attempt: Attempt, end: Callable[[Attempt], None] | None = None,
