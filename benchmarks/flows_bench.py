@@ -17,6 +17,7 @@ first run installs BullMQ into ``benchmarks/.node/``) or ``redis-server`` is mis
     python -m benchmarks.flows_bench section --hosts HOSTS [--count 500]
     python -m benchmarks.flows_bench worker --hosts HOSTS --path PATH      (the worker process)
     python -m benchmarks.flows_bench threads [--steps 5] [--concurrency 4]  (threads of a flow worker at work)
+    python -m benchmarks.flows_bench ops [--count 500]       (ZooKeeper write ops per step job of a flow worker)
 """
 
 from __future__ import annotations
@@ -251,10 +252,65 @@ def count_threads(hosts: str, steps: int = 5, concurrency: int = 4) -> dict[str,
             "before_flow": before, "flow_threads": len(threads) - before, "by_kind": dict(sorted(kinds.items()))}
 
 
+def _op_target(path: str) -> str:
+    """What a multi op of a flow worker writes, by its path: a lock (block, item lock, session fence), an item's
+    fence child, a queue item, a step's job record, the flow record, or a queue's control node."""
+    parts = path.split("/")
+    for kind, name in (("locks", "lock"), ("records", "job record"), ("flows", "flow record")):
+        if kind in parts[:-1]:
+            return name
+    if "queue" in parts[:-1]:
+        return "item fence child" if parts[-1].startswith("lock-") else "queue item"
+    return parts[-1] or path
+
+
+def count_ops(hosts: str, count: int = 2000, concurrency: int = 4) -> dict[str, Any]:
+    """ZooKeeper write ops a flow worker sends per step job: ``count`` flow jobs are added first (not counted),
+    then a worker in this process (``work(concurrency=...)``) runs them through the 3 steps while every multi it
+    sends is counted by op and target (a wrapper on the transport's multi-body builder, this process only)."""
+    import collections  # noqa: PLC0415
+
+    from zkqueue.transport import multi  # noqa: PLC0415
+
+    ops: collections.Counter[str] = collections.Counter()
+    multis = 0
+    build = multi.multi_body
+
+    def counting(client: Any, batch: Any) -> bytes:
+        nonlocal multis
+        multis += 1
+        ops.update(f"{type(op).__name__.removesuffix('Op').lower()} {_op_target(op.path)}" for op in batch)
+        return build(client, batch)
+
+    client = _client(hosts)
+    path = f"/bench-ops-{uuid.uuid4().hex[:8]}"
+    flow = _flow(client, path)
+    try:
+        with flow:
+            with ThreadPoolExecutor(INFLIGHT) as adders:
+                ids = list(adders.map(lambda i: flow.add({"n": i}, job_id=f"f{i}"), range(count)))
+            multi.multi_body = counting
+            try:
+                with flow.work(concurrency=concurrency):
+                    for job_id in ids:
+                        flow.wait(job_id, timeout=120)
+            finally:
+                multi.multi_body = build
+    finally:
+        with contextlib.suppress(Exception):
+            client.delete(path, recursive=True)
+        client.stop()
+        client.close()
+    steps = count * len(STEPS)
+    return {"flow_jobs": count, "step_jobs": steps, "multis": multis, "ops": sum(ops.values()),
+            "ops_per_step_job": round(sum(ops.values()) / steps, 2),
+            "per_step_job": {k: round(v / steps, 2) for k, v in sorted(ops.items())}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.flows_bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("section", "worker", "threads"))
+    ap.add_argument("mode", choices=("section", "worker", "threads", "ops"))
     ap.add_argument("--steps", type=int, default=5, help="threads: the flow's steps")
     ap.add_argument("--hosts", help="the ZooKeeper connect string (section: default an embedded 3-node ensemble)")
     ap.add_argument("--path", help="worker: the flow's path")
@@ -276,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
             hosts = stack.enter_context(ZooKeeperEnsemble(size=3)).connect_string
         if args.mode == "threads":
             print(json.dumps(count_threads(hosts, args.steps, args.concurrency), indent=2), flush=True)
+            return 0
+        if args.mode == "ops":
+            print(json.dumps(count_ops(hosts, args.count, args.concurrency), indent=2), flush=True)
             return 0
         print(json.dumps(run_section(hosts, args.count, args.repeats, args.max_seconds, bullmq=not args.no_bullmq),
                          indent=2), flush=True)
