@@ -290,16 +290,16 @@ class Handoff:
             chunks = [[pending[k] for k in chunk] for chunk in packing.pack([groups[g][2] for g in pending])]
             sent = []
             for chunk in chunks:
-                ops = [op for g in chunk for op in groups[g][2]]
+                ops, owners = packing.merge([groups[g][2] for g in chunk])
                 tail = self._tail([items[groups[g][0]][0] for g in chunk], len(ops))
                 if tail is not None:
                     ops += tail.ops
                 try:
-                    sent.append((chunk, ops, tail, api.send_multi(self._client, ops)))
+                    sent.append((chunk, owners, tail, api.send_multi(self._client, ops)))
                 except CONNECTION_ERRORS:
-                    sent.append((chunk, ops, None, None))
+                    sent.append((chunk, owners, None, None))
             pending = []
-            for chunk, ops, tail, reply in sent:
+            for chunk, owners, tail, reply in sent:
                 try:
                     result = reply.result() if reply is not None else None
                 except CONNECTION_ERRORS as exc:
@@ -322,8 +322,9 @@ class Handoff:
                         self._tally(tally)
                         out[i] = OK
                     continue
-                found = packing.owner([groups[g][2] for g in chunk], result.failed_index)
-                if found is None:  # no op named: each goes alone
+                failed = result.failed_index
+                found = owners[failed] if failed is not None and 0 <= failed < len(owners) else None
+                if found is None:  # no op named (or one of the tail's): each goes alone
                     alone.extend((groups[g][0], {"raced": True}) for g in chunk)
                     continue
                 owner = chunk[found[0]]

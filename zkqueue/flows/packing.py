@@ -26,6 +26,26 @@ def pack(groups: Sequence[Sequence[Any]]) -> list[list[int]]:
     return chunks
 
 
+def merge(groups: Sequence[Sequence[Any]]) -> tuple[list[Any], list[tuple[int, int]]]:
+    """The ops of ``groups`` as one multi, a check repeated by later groups sent once (the session fence's check
+    leads every fenced ack: ten hand-offs of one worker need it once), and per op of the multi the (group, index in
+    it) it came from: a failed op names its group as :func:`owner` does for an unmerged multi (a shared check's
+    failure names the first group that had it)."""
+    ops: list[Any] = []
+    owners: list[tuple[int, int]] = []
+    checks: set[tuple[str, int]] = set()
+    for k, group in enumerate(groups):
+        for i, op in enumerate(group):
+            if isinstance(op, api.CheckOp):
+                key = (op.path, op.version)
+                if key in checks:
+                    continue
+                checks.add(key)
+            ops.append(op)
+            owners.append((k, i))
+    return ops, owners
+
+
 def owner(groups: Sequence[Sequence[Any]], failed_index: int | None) -> tuple[int, int] | None:
     """Which of ``groups`` (sent together in one multi, in order) holds the multi's op ``failed_index``: (its
     position, the op's index within it); None when no op was named."""
@@ -37,4 +57,4 @@ def owner(groups: Sequence[Sequence[Any]], failed_index: int | None) -> tuple[in
     return None
 
 
-__all__ = ["owner", "pack"]
+__all__ = ["merge", "owner", "pack"]
