@@ -4,7 +4,8 @@
 ``max_nodes`` of them with the same leases and claim hook as the run loop (as many as the hook's ``admit`` lets
 through: it may wait, within the timeout, e.g. at a rate limit); the caller completes each node later with
 :meth:`Puller.complete` (or gives it back). Item leases by default: the caller's pace is unknown and a scope
-may hold its nodes for long; a caller that ends its nodes soon asks for block leases. Large items come back with their blob read (one call's worth at a time).
+may hold its nodes for long; a caller that ends its nodes soon asks for block leases. Large items come back with
+their blob read (one call's worth at a time).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from zkqueue.engine.commit import delete_op
 from zkqueue.engine.completion import Outcome
 from zkqueue.engine.context import QueueContext
 from zkqueue.engine.delivery import read_large
-from zkqueue.engine.leases import LeaseKind, Leases, item_finish_ops
+from zkqueue.engine.leases import LeaseKind, Leases
 from zkqueue.engine.locksafe import LeaseTaker
 from zkqueue.engine.ordering import DueScan, KeptOrder
 from zkqueue.engine.run_loop import LOCKED_RETRY_SECONDS, share_first
@@ -232,22 +233,20 @@ class Puller:
         if outcome.ack_busy is None:
             outcome.ack_busy = self._taker.leases.begin([held])
         lease = held.lease
-        prefix = Leases.prefix_for(lease.session_fence)
-        if lease.kind is LeaseKind.BLOCK:
-            # A block lease is given up by its lock's delete once its last member is finished (see forget()).
-            return prefix + [delete_op(held.path, outcome.version), *extra_ops], len(prefix) + 1
-        if lease.fence is None:
+        if lease.kind is LeaseKind.ITEM and lease.fence is None:
             raise QueueStateError(f"node {outcome.name} is not held under a fenced lease")
-        ops = prefix + item_finish_ops(lease.fence, lease.lock, [delete_op(held.path, outcome.version), *extra_ops])
-        return ops, len(prefix) + 2
+        # As the engine's own completions: an item lease is given up in the same ops (its fence child first); a
+        # block lease by its lock's delete once its last member is finished (see block_tail() and forget()).
+        prefix = Leases.prefix_for(lease.session_fence)
+        ops = prefix + self._taker.leases.finish_group(held, [delete_op(held.path, outcome.version), *extra_ops])
+        return ops, len(prefix) + (2 if lease.kind is LeaseKind.ITEM else 1)
 
     def block_tail(self, outcomes: list[Outcome]) -> tuple[list[Any], list[Any]]:
         """The deletes of the block locks that ``outcomes`` would empty if all of them were acked now, and their
         leases (see :func:`zkqueue.engine.held.block_tail`). Only outcomes whose :meth:`ack_ops` were built count:
         their leases stay as they are meanwhile."""
-        helds = [o.held for o in outcomes if o.held is not None and o.ack_busy is not None]
-        ops, leases = self._taker.leases.releases_if_finished(helds)
-        return ops, leases
+        return self._taker.leases.releases_if_finished(
+            o.held for o in outcomes if o.held is not None and o.ack_busy is not None)
 
     def release(self, outcomes: list[Outcome]) -> None:
         """Give claimed nodes back untouched."""
