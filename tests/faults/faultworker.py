@@ -21,8 +21,7 @@ from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.formats.serializers import StrSerializer
-
-FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 1.0}
+from zkqueue.server.testing import FAST_RECONNECT  # noqa: F401 - the fault suite's modules take it from here
 
 
 class Journal:

@@ -87,7 +87,9 @@ def test_mover_killed_mid_move_then_leader_kill(ensemble, journal_dir) -> None:
         try:
             wait_for(lambda: len(got) >= ITEMS, timeout=180, interval=0.2,
                      message=f"{len(got)} of {ITEMS} delivered, {parked_count(client, path)} still parked")
-            time.sleep(2.0)
+            # Nothing left to deliver a second time: no item parked or queued (a held one stays queued until acked).
+            wait_for(lambda: parked_count(client, path) == 0 and client.get_children(path) == [], timeout=30,
+                     interval=0.1, message="items left after every item was delivered")
         finally:
             for c in consumers:
                 c.close()

@@ -62,7 +62,7 @@ def test_two_scheduler_processes_fire_each_time_once_through_a_kill(zk_hosts, zk
     try:
         wait_for(lambda: len(election.contenders()) == 2, timeout=60, interval=0.1)
         both_ms = int(time.time() * 1000)
-        wait_for(lambda: max(_fired(reader), default=0) >= both_ms + 8000, timeout=30, interval=0.2)
+        wait_for(lambda: max(_fired(reader), default=0) >= both_ms + 3000, timeout=30, interval=0.2)
         active = _pid_of(election.contenders()[0])
         victim = next(name for name, p in procs.items() if p.pid == active)
         survivor = "p1" if victim == "p0" else "p0"

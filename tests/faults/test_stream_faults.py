@@ -24,7 +24,7 @@ SPARK_TESTS = Path(__file__).resolve().parent.parent / "spark"
 sys.path.insert(0, str(SPARK_TESTS))
 
 from spark_session import start_driver  # type: ignore[import-not-found]  # noqa: E402
-ITEMS = 3000
+ITEMS = 1000  # 5 micro-batches of 200: the kill comes after 2 commits, with 3 to run
 
 
 def test_stream_source_through_a_leader_kill(ensemble, journal_dir) -> None:

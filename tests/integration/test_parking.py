@@ -56,7 +56,7 @@ def test_far_items_are_parked_then_moved_and_never_early(zk_client) -> None:
     arrivals = Arrivals()
     with delay_queue(zk_client) as producer:
         base = now_ms()
-        far = [{"n": i, "due": base + 4000 + i * 20} for i in range(300)]  # due 4-10 s ahead: parked
+        far = [{"n": i, "due": base + 4000 + i * 10} for i in range(300)]  # due 4-7 s ahead: parked
         near = [{"n": 1000 + i, "due": base + 500} for i in range(20)]  # due before any bucket could be moved
         for item in far + near:
             producer.put(item, item["due"])
