@@ -65,7 +65,10 @@ def test_far_items_are_parked_then_moved_and_never_early(zk_client) -> None:
         assert parked_count(zk_client, QPATH) == 300
         assert producer.stats().parked == 300
         with delay_queue(zk_client, arrivals) as consumer:
-            wait_for(lambda: len(arrivals) == 320, timeout=30)
+            wait_for(lambda: len(arrivals) == 320, timeout=30,
+                     message=lambda: f"{len(arrivals)} of 320 arrived; {parked_count(zk_client, QPATH)} parked, "
+                                     f"{len(queue_items(zk_client))} queued, {now_ms() - base} ms after the puts; "
+                                     f"producer {producer.stats()}, consumer {consumer.stats()}")
             time.sleep(0.5)
             got = list(arrivals.got)
             assert sorted(item["n"] for item, _at in got) == sorted(i["n"] for i in far + near)  # each once
@@ -252,6 +255,40 @@ def test_a_lost_connection_on_the_first_listing_does_not_stall_the_mover(zk_clie
         q.put({"n": 1, "due": due}, due)
         wait_for(lambda: len(arrivals) == 1, timeout=20)  # well before the 60 s safety net
     assert failures == [root]
+
+
+def test_an_hour_bucket_made_while_the_mover_lists_the_schedule_is_moved_in_time(zk_client_factory,
+                                                                                   monkeypatch) -> None:
+    """A put makes a new hour bucket just after the mover's listing of the schedule was answered, and the watch that
+    listing set fires before the mover's thread has the reply: the mover must still list the schedule again (it
+    used to clear its "list again" mark after the reply, over the watch's, and slept until its 60 s safety net)."""
+    from zkqueue.engine import mover as mover_module
+
+    mover_client, producer_client = zk_client_factory(), zk_client_factory()
+    root = buckets.schedule_root(QPATH)
+    real = mover_client.get_children
+    item = {"n": 1, "due": 0}
+    injected = threading.Event()
+    arrivals = Arrivals()
+    monkeypatch.setattr(mover_module, "_IDLE_CHECK", 60.0)
+    with delay_queue(producer_client, run_mover=False) as producer:
+
+        def listing(path, *args, **kwargs):
+            names = real(path, *args, **kwargs)
+            if path == root and kwargs.get("watch") is not None and not injected.is_set():
+                injected.set()
+                item["due"] = now_ms() + 5000  # parked: a new hour bucket under the schedule's root
+                producer.put(item, item["due"])
+                assert producer.flush_puts(10)
+                wait_for(lambda: real(root), timeout=10)  # the root's watch has fired by the time this is answered
+                time.sleep(0.2)
+            return names
+
+        monkeypatch.setattr(mover_client, "get_children", listing)
+        with delay_queue(mover_client, arrivals):
+            wait_for(lambda: len(arrivals) == 1, timeout=20, message="the parked item was never moved")
+    assert injected.is_set()
+    assert arrivals.got[0][1] >= item["due"]
 
 
 def test_a_mover_that_lost_its_election_node_stops_and_contends_again(zk_client) -> None:

@@ -188,13 +188,19 @@ class Mover:
         moved is tried again (None: nothing is parked)."""
         client = self._ctx.client
         if self._root_dirty:
+            # Cleared before the listing, not after it: the watch the listing sets may fire (a new hour bucket)
+            # before this thread gets the reply, and its mark must survive, or that bucket is never listed.
+            self._root_dirty = False
             try:
-                names = client.get_children(self.root, watch=self._on_root)
-            except NoNodeError:
-                with contextlib.suppress(NodeExistsError):
-                    client.create(self.root, self._parking.layout.encode(), acl=self._ctx.acl, makepath=True)
-                names = client.get_children(self.root, watch=self._on_root)
-            self._root_dirty = False  # only once listed: a failed listing is tried again
+                try:
+                    names = client.get_children(self.root, watch=self._on_root)
+                except NoNodeError:
+                    with contextlib.suppress(NodeExistsError):
+                        client.create(self.root, self._parking.layout.encode(), acl=self._ctx.acl, makepath=True)
+                    names = client.get_children(self.root, watch=self._on_root)
+            except BaseException:
+                self._root_dirty = True  # a failed listing is tried again
+                raise
             self._hours = sorted(h for h in (buckets.parse_bucket(n) for n in names) if h is not None)
             self._warn_foreign(self.root, [n for n in names if buckets.parse_bucket(n) is None])
         waits: list[float] = []

@@ -133,16 +133,19 @@ def thread_is_waiting(thread: threading.Thread) -> bool:
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, message: str = ""
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+    message: str | Callable[[], str] = "",
 ) -> Any:
-    """Poll ``predicate`` until it returns something truthy and return that; AssertionError after ``timeout``."""
+    """Poll ``predicate`` until it returns something truthy and return that; AssertionError after ``timeout``
+    (``message``, or what it returns when it is a function: the state at the time of the failure)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(message or f"condition not met within {timeout} s: {predicate!r}")
+            text = message() if callable(message) else message
+            raise AssertionError(text or f"condition not met within {timeout} s: {predicate!r}")
         time.sleep(interval)
 
 
