@@ -40,13 +40,14 @@ require("celery", what="the zkqueue:// Celery result backend")
 
 from celery import states  # noqa: E402
 from celery.backends.base import KeyValueStoreBackend
-from celery.canvas import maybe_signature
+from celery.canvas import Signature, maybe_signature
 from celery.exceptions import ChordError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import GroupResult, allow_join_result, result_from_tuple
 from kombu.utils.encoding import bytes_to_str, ensure_bytes
 
 from zkqueue.celery import client as clients
+from zkqueue.celery import publish_with
 from zkqueue.celery.chords import ChordCounter
 from zkqueue.celery.expiry import SweepReport, sweep
 from zkqueue.celery.result_store import ResultStore, Stored
@@ -281,16 +282,20 @@ class ZkQueueBackend(KeyValueStoreBackend):
         if not outcome.fire:
             return
         callback = maybe_signature(request.chord, app=self.app)
+        marked = False
         try:
-            self._fire(gid, callback)
+            marked = self._fire(gid, tid, callback, outcome.fired_version)
         finally:
-            self.chords.mark_sent(gid, tid)
+            if not marked:
+                self.chords.mark_sent(gid, tid)
 
-    def _fire(self, gid: str, callback: Any) -> None:
+    def _fire(self, gid: str, tid: str, callback: Any, fired_version: int) -> bool:
+        """Join the header and send the body (or fail it); True when the body's publish marked it sent in its own
+        multi (see :mod:`.publish_with`), else the caller marks it."""
         deps = GroupResult.restore(gid, backend=self)
         if deps is None:
             self.chord_error_from_stack(callback, ChordError(f"GroupResult {gid} no longer exists"))
-            return
+            return False
         try:
             with allow_join_result():
                 values = deps.join_native(timeout=self.app.conf.result_chord_join_timeout, propagate=True)
@@ -301,16 +306,30 @@ class ZkQueueBackend(KeyValueStoreBackend):
             error = ChordError(reason)
             error.__cause__ = exc
             self.chord_error_from_stack(callback, error)
-            return
+            return False
+        # A body of one message (a task's signature; a group or chain may publish several) is published with its
+        # "sent" mark in one multi when the broker is zkqueue on this client.
+        ops = self.chords.sent_ops(gid, tid, fired_version) if type(callback) is Signature else []
+        state = publish_with.PENDING  # PENDING after the publish: nobody took the ops, the caller marks it sent
         try:
-            callback.delay(values)
+            if ops:
+                with publish_with.publish_with(self.store.client, ops) as attached:
+                    callback.delay(values)
+                state = attached.state
+            else:
+                callback.delay(values)
         except Exception as exc:
             log.exception("chord %s: sending the body failed", gid)
             error = ChordError(f"Callback error: {exc!r}")
             error.__cause__ = exc
             self.chord_error_from_stack(callback, error)
-            return
+            return False
+        if state == publish_with.REFUSED:
+            log.warning("chord %s: the body was marked sent by another delivery of its part first: not sent again",
+                        gid)
+            return True
         deps.delete()
+        return state == publish_with.COMMITTED
 
     # ------------------------------------------------------------------------------------------ expiry
     def cleanup(self) -> SweepReport | None:

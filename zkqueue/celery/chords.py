@@ -16,9 +16,10 @@ count, and, when the count reaches the size, the create of ``fired``. So:
 
 When that part's worker dies between the multi and the body's publish (or the multi's reply was lost), the part
 is delivered again, finds its child, and finds ``fired`` naming it and still ``pending``: it publishes the body
-then. The one window left: a worker whose body publish committed but which died before marking ``fired`` as
-``sent`` sends the body twice once the part is redelivered (``acks_late``); without ``acks_late`` such a part is
-not redelivered and the body is sent once.
+then. On a zkqueue broker sharing the backend's client the body's message and ``fired``'s move to ``sent``
+(version-checked: :meth:`ChordCounter.sent_ops`) commit in ONE multi (:mod:`.publish_with`), so a body is sent
+exactly once whenever the worker dies. On another broker the mark follows the publish: a worker whose publish
+committed but which died before the mark sends the body twice once the part is redelivered (``acks_late``).
 
 The size comes from Celery's ``set_chord_size`` (called before the header's last task is sent, so before the
 last part can finish), ``add_to_chord`` adds one; a part that sees no size yet is not the last one.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -53,6 +55,8 @@ class PartOutcome:
     counted: bool
     count: int
     size: int | None
+    #: The version of the ``fired`` node when this part fires (for :meth:`ChordCounter.sent_ops`).
+    fired_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,16 +169,24 @@ class ChordCounter:
     def _again(self, group_id: str, part_id: str, fired: str, chord: _Chord, size: int | None) -> PartOutcome:
         """The part was counted before (a redelivery, or our own multi whose reply was lost): it fires only when
         ``fired`` names it and the body is still to be sent."""
+        version = 0
         try:
-            data, _ = self.store.retrying(lambda: self.store.client.get(fired), f"read {fired}")
-            mark = json.loads(data.decode("utf-8"))
+            data, stat = self.store.retrying(lambda: self.store.client.get(fired), f"read {fired}")
+            mark, version = json.loads(data.decode("utf-8")), stat.version
         except NoNodeError:
             mark = {}
         mine = mark.get("by") == part_id and mark.get("state") == "pending"
         if mine:
             log.warning("chord %s: part %s completed it before, but the body was not marked sent: sending it",
                         group_id, part_id)
-        return PartOutcome(mine, False, chord.count, size)
+        return PartOutcome(mine, False, chord.count, size, version)
+
+    def sent_ops(self, group_id: str, part_id: str, fired_version: int) -> list[Any]:
+        """The op that marks the body of ``group_id`` sent by ``part_id``, checked against the ``fired`` version
+        its :class:`PartOutcome` saw: for the body message's own multi (see :mod:`.publish_with`); it fails when
+        the body was marked sent meanwhile."""
+        fired = naming.join(self.store.chord_path(group_id), FIRED)
+        return [set_op(fired, json.dumps({"by": part_id, "state": "sent"}).encode(), fired_version)]
 
     def mark_sent(self, group_id: str, part_id: str) -> None:
         """Record that the body of ``group_id`` was published (by ``part_id``)."""

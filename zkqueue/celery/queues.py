@@ -27,9 +27,12 @@ from kazoo.exceptions import NoNodeError, NotEmptyError
 from kombu.utils.json import dumps, loads
 
 from zkqueue import QueueBuilder
+from zkqueue.celery import publish_with
 from zkqueue.celery.acks import Acker
+from zkqueue.celery.publish_with import AttachedOps
 from zkqueue.engine.api import held_items
 from zkqueue.formats import naming
+from zkqueue.errors import ItemTooLargeError, QueueStateError
 from zkqueue.formats.serializers import BytesSerializer
 
 log = logging.getLogger("zkqueue.celery.queues")
@@ -119,6 +122,29 @@ class QueueStore:
     def put(self, name: str, message: dict[str, Any], priority: int, expires_at_ms: int | None = None) -> None:
         """Store ``message`` in queue ``name``; returns once it is committed (puts of many threads share multis)."""
         self.get(name).put(encode(message, expires_at_ms), priority)
+
+    def put_with(self, name: str, message: dict[str, Any], priority: int, expires_at_ms: int | None,
+                 attached: AttachedOps) -> None:
+        """:meth:`put` of ``message`` and ``attached.ops`` in ONE multi (exactly once through a lost reply); sets
+        ``attached.state``: committed, or refused when one of its ops failed (the message is then not stored). A
+        message too large for one znode goes alone, through the large-item side channel (the ops stay pending:
+        the caller commits them itself)."""
+        queue = self.get(name)
+        try:
+            ops = queue.put_ops(encode(message, expires_at_ms), priority)
+        except ItemTooLargeError:
+            queue.put(encode(message, expires_at_ms), priority)
+            return
+        (outcome,) = queue.commit_puts([[*ops, *attached.ops]])
+        if outcome.ok:
+            attached.state = publish_with.COMMITTED
+            return
+        if outcome.op is not None and outcome.op >= len(ops):
+            log.info("a publish with ops of its own to %s was refused by op %d (%r): the message is not stored",
+                     name, outcome.op - len(ops), outcome.error)
+            attached.state = publish_with.REFUSED
+            return
+        raise outcome.error or QueueStateError(f"the put to {name} failed")
 
     def claim(self, name: str, max_nodes: int, timeout: float = 0.0, *, confirm: bool = True) -> list[Any]:
         """Up to ``max_nodes`` held messages of ``name``, at once (``timeout`` 0) or within ``timeout`` seconds.

@@ -32,6 +32,7 @@ from kombu.transport import virtual
 from kombu.utils.uuid import uuid
 
 from zkqueue.celery import client as clients
+from zkqueue.celery import publish_with
 from zkqueue.errors import BrokerConnectionError, SessionLostError
 from zkqueue.celery.qos import QoS, Held
 from zkqueue.celery.queues import QueueStore, decode, expired
@@ -179,6 +180,10 @@ class Channel(virtual.Channel):
         elif queue in self._queue_ttl:
             ttl_ms = self._queue_ttl[queue]
         expires = None if ttl_ms is None else int(time.time() * 1000) + ttl_ms
+        attached = publish_with.take(self.store.client)
+        if attached is not None:  # ops to commit with this message (a chord's body and its "sent" mark)
+            self.store.put_with(queue, message, self._zk_priority(message), expires, attached)
+            return
         self.store.put(queue, message, self._zk_priority(message), expires)
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:

@@ -49,7 +49,7 @@ from zkqueue.consumer import ConnectionState, ErrorMode, QueueConsumer, as_consu
 from zkqueue.engine.blob_reaper import BlobReaper
 from zkqueue.engine.blobs import BlobWriter, LargeItems
 from zkqueue.engine.children import ChildrenCache
-from zkqueue.engine.commit import GroupOutcome, commit_groups, map_error
+from zkqueue.engine.commit import GroupOutcome, commit_groups, create_op, map_error
 from zkqueue.engine import held as held_nodes
 from zkqueue.engine.held import HeldNode
 from zkqueue.engine.config import (
@@ -74,6 +74,7 @@ from zkqueue.engine.shared import ClientServices
 from zkqueue.engine.stats import Counters, QueueStats
 from zkqueue.errors import (
     ConfigurationError,
+    ItemTooLargeError,
     LockPathConflictError,
     QueueClosedError,
     QueueNotStartedError,
@@ -463,6 +464,20 @@ class DistributedQueue(Generic[T]):
     def _frame(self, items: Iterable[Any]) -> bytes:
         """Serialize and frame ``items`` for one znode (Curator's ItemSerializer)."""
         return self.producer.frame(items)
+
+    def put_ops(self, item: T) -> list[Any]:
+        """The op that adds ``item`` (its sequential create), for a multi of the caller's with ops of its own:
+        commit it with :meth:`commit_puts` (exactly once through a lost reply), so the item is stored exactly when
+        the caller's ops commit. Raises :class:`~zkqueue.errors.ItemTooLargeError` for an item that does not fit
+        one znode (a large item takes multis of its own: put it with :meth:`put`)."""
+        self._check_started()
+        return self._put_ops(self.make_item_path(), item)
+
+    def _put_ops(self, prefix: str, item: Any) -> list[Any]:
+        data = self._frame([item])
+        if self.producer.check_size(prefix, data):
+            raise ItemTooLargeError(len(data), self._ctx.jute_max_buffer, "an item for a multi with other ops")
+        return [create_op(prefix, data, sequence=True, acl=self._ctx.acl)]
 
     def _put_one(self, prefix: str, item: Any, timeout: float | None) -> bool:
         """Frame one item and store it at ``prefix`` (the put of every queue kind; recipes choose the prefix)."""

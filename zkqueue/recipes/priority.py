@@ -63,6 +63,12 @@ class DistributedPriorityQueue(DistributedQueue[T]):
         self._check_started()
         return self._put_one(naming.join(self.queue_path, naming.priority_prefix(priority)), item, timeout)
 
+    def put_ops(self, item: T, priority: int) -> list[Any]:  # type: ignore[override]
+        """The op that adds ``item`` with ``priority``, for a multi of the caller's (see
+        :meth:`DistributedQueue.put_ops <zkqueue.engine.queue.DistributedQueue.put_ops>`)."""
+        self._check_started()
+        return self._put_ops(naming.join(self.queue_path, naming.priority_prefix(priority)), item)
+
     def put_multi(  # type: ignore[override]
         self, items: Iterable[T], priority: int, timeout: float | None = None
     ) -> bool:
