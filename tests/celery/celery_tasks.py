@@ -7,12 +7,13 @@ one line are atomic), so a test can tell exactly how often, and where, a task ra
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from celery import shared_task
+from celery import shared_task, signals
 
 
 def note(token: str) -> int:
@@ -83,6 +84,22 @@ def when() -> float:
 def counted(token: str) -> str:
     note(token)
     return token
+
+
+@shared_task(acks_late=True)
+def counted_number(n: int, token: str) -> int:
+    note(token)
+    return n
+
+
+@signals.after_task_publish.connect(weak=False)
+def die_after_a_chord_body(sender: str | None = None, headers: dict | None = None, **_kwargs: Any) -> None:
+    """A worker whose environment names a token in ``ZKQ_CELERY_DIE_AFTER_BODY`` SIGKILLs its whole process group
+    the moment it has published an :func:`xsum` carrying that token (a chord's body, published by the part that
+    completed the chord): the death between the body's publish and the part's ack."""
+    token = os.environ.get("ZKQ_CELERY_DIE_AFTER_BODY")
+    if token and sender == xsum.name and token in str((headers or {}).get("kwargsrepr")):
+        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 @shared_task(acks_late=True)

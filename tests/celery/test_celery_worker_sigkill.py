@@ -57,3 +57,31 @@ def test_sigkilled_worker_task_runs_again_once_and_nothing_is_lost(two_workers: 
     for tok in tokens:
         assert len(t.runs(tok)) == 1, (tok, t.runs(tok))
     print(f"the killed task ran again {back_after:.1f} s after the kill")
+
+
+def test_a_worker_killed_right_after_publishing_a_chord_body_sends_it_once(module_app: Celery, module_url: str,
+                                                                           runs_dir: Path, logs_dir: Path) -> None:
+    """The part that completes a chord publishes the body; its worker is SIGKILLed at once (before the part's late
+    ack). The part is delivered again to the other worker and runs again, and the chord's body runs exactly once:
+    its publish and the chord's "sent" mark committed together."""
+    from celery import chord
+
+    token = f"body-{uuid.uuid4().hex}"
+    part = f"part-{uuid.uuid4().hex}"
+    victim = Worker(module_url, runs_dir, logs_dir, "body-victim", env={"ZKQ_CELERY_DIE_AFTER_BODY": token})
+    survivor = Worker(module_url, runs_dir, logs_dir, "body-survivor")
+    try:
+        victim.start().wait_ready()
+        result = chord([t.counted_number.s(n, part) for n in (1, 2, 3)], t.xsum.s(token=token)).delay()
+        assert victim.proc is not None
+        victim.proc.wait(60)  # it killed itself right after the body's publish
+        assert len(t.runs(part)) == 3 and t.runs(token) == []
+        survivor.start().wait_ready()
+        assert result.get(timeout=60) == 6
+        wait_until(lambda: len(t.runs(part)) == 4, 60, "the last part to run again (its ack died with the victim)")
+        time.sleep(1.0)  # a second body, if one were sent, would be run by now (the survivor's queue is empty)
+        assert len(t.runs(token)) == 1, t.runs(token)  # the body ran exactly once
+        assert all(line.endswith(" body-survivor") for line in t.runs(token) + t.runs(part)[3:])
+    finally:
+        for w in (victim, survivor):
+            w.stop()

@@ -29,13 +29,13 @@ class Worker:
     """One ``celery worker`` process (in a process group of its own, so a kill takes its pool children too)."""
 
     def __init__(self, url: str, runs: Path, logs: Path, name: str, *, pool: str = "solo", concurrency: int = 1,
-                 queues: str = "celery") -> None:
+                 queues: str = "celery", env: dict[str, str] | None = None) -> None:
         self.name = name
         self.log = logs / f"{name}.log"
         self.command = celery_command("worker", "--pool", pool, "-c", str(concurrency), "-n", f"{name}@%h",
                                       "--without-gossip", "--without-mingle", "--without-heartbeat",
                                       "-l", "INFO", "-Q", queues)
-        self.env = celery_env(url, runs, ZKQ_CELERY_WORKER=name)
+        self.env = celery_env(url, runs, ZKQ_CELERY_WORKER=name, **(env or {}))
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Worker:
