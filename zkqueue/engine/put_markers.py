@@ -12,7 +12,9 @@ reads the marker: batch ``n`` committed exactly when the stored number is ``n`` 
 session's requests in order, and requests sent on a connection the session has left are refused, so nothing sent
 before the read can commit after it.) A batch that did not commit is sent again with a new ticket.
 
-A lane is used by one thread at a time (the put thread; the group commit's leader; a bounded put). Markers of
+A lane's batches are sent in the order of their tickets (:attr:`MarkerLane.sending` is held from the ticket to the
+send), so several threads may share a lane (the ``groups`` lane of ``commit_groups``: job adds, Celery bodies); a
+batch that carries the caller's own sequence number is one lane's only user at a time. Markers of
 producers gone for ``grace`` seconds are deleted by :func:`reclaim`, which lists the (small) markers folder.
 """
 
@@ -89,6 +91,9 @@ class MarkerLane:
         self._queue_path = queue_path
         self.path = naming.join(markers_path(queue_path), f"{check_producer_id(producer_id)}.{lane}")
         self._lock = threading.Lock()
+        #: Held from taking a ticket until its batch is sent, so that the batches of threads sharing the lane reach
+        #: the server in ticket order (versions v, v + 1, ...: a later ticket sent first could only fail).
+        self.sending = threading.Lock()
         self._number = 0  # the last number handed out (numbers never repeat within this lane object)
         self._committed = 0  # the highest number known to have committed
         self._version: int | None = None  # the version the next ticket expects (None: read the marker first)
@@ -308,20 +313,22 @@ class MarkedBatch:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        # reading the marker (after a reset) may meet a lost connection: nothing is sent yet, so it waits and reads
-        ticket = retry_unsent(lambda: self._lane.ticket(self._number), self._connection, self._wait,
-                              f"{self._what}: reading marker {self._lane.path}")
-        if ticket is None:  # the caller's sequence number committed before (a replay after a restart)
-            self._ticket, self._pending = None, None
-            return
-        self._ticket = ticket
-        try:
-            self._pending = self._send([ticket.op])
-        except CONNECTION_ERRORS as exc:
-            self._pending = _Raised(exc)  # maybe sent, maybe not: settled like a lost reply
-        except BaseException:
-            self._lane.broken(ticket)
-            raise
+        with self._lane.sending:  # batches of the lane go out in ticket order, whichever thread sends them
+            # reading the marker (after a reset) may meet a lost connection: nothing is sent yet, so it waits and
+            # reads again
+            ticket = retry_unsent(lambda: self._lane.ticket(self._number), self._connection, self._wait,
+                                  f"{self._what}: reading marker {self._lane.path}")
+            if ticket is None:  # the caller's sequence number committed before (a replay after a restart)
+                self._ticket, self._pending = None, None
+                return
+            self._ticket = ticket
+            try:
+                self._pending = self._send([ticket.op])
+            except CONNECTION_ERRORS as exc:
+                self._pending = _Raised(exc)  # maybe sent, maybe not: settled like a lost reply
+            except BaseException:
+                self._lane.broken(ticket)
+                raise
 
     def result(self) -> MultiResult:
         """The batch's outcome without the marker op: ok (created paths; None for each when a lost reply was
