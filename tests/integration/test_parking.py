@@ -291,6 +291,32 @@ def test_an_hour_bucket_made_while_the_mover_lists_the_schedule_is_moved_in_time
     assert arrivals.got[0][1] >= item["due"]
 
 
+def test_the_idle_cap_lists_the_schedule_afresh_so_a_missed_watch_cannot_stall_the_mover(zk_client,
+                                                                                           monkeypatch) -> None:
+    """The mover's listings of the schedule's root never arm a watch here (as if every event were missed): the idle
+    wait's cap (shortened to 1 s) is what makes the mover list the schedule again and find the parked item."""
+    from zkqueue.engine import mover as mover_module
+
+    root = buckets.schedule_root(QPATH)
+    real = zk_client.get_children
+    unwatched = []
+
+    def listing(path, *args, **kwargs):
+        if path == root and kwargs.pop("watch", None) is not None:
+            unwatched.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk_client, "get_children", listing)
+    monkeypatch.setattr(mover_module, "_IDLE_CHECK", 1.0)
+    arrivals = Arrivals()
+    with delay_queue(zk_client, arrivals) as q:
+        wait_for(lambda: q.mover_active and unwatched, timeout=10)
+        due = now_ms() + 4000
+        q.put({"n": 1, "due": due}, due)
+        wait_for(lambda: len(arrivals) == 1, timeout=20, message="the parked item was never moved")
+    assert arrivals.got[0][1] >= due
+
+
 def test_a_mover_that_lost_its_election_node_stops_and_contends_again(zk_client) -> None:
     arrivals = Arrivals()
     with delay_queue(zk_client, arrivals) as q:

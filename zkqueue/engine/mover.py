@@ -161,8 +161,11 @@ class Mover:
                         log.warning("mover of %s failed: %r; again in %.1fs", self._ctx.queue_path, exc,
                                     wait, exc_info=True)
                     self._forget_listings()
-                # A watch or a put's wake ends the wait early; the cap is a safety net, not a poll.
-                self._wake.wait(_IDLE_CHECK if wait is None else min(wait, _IDLE_CHECK))
+                # A watch or a put's wake ends the wait early; the cap is a safety net, not a poll: when it is what
+                # ends the wait, the schedule is listed afresh (a watch ever missed cannot stall the mover for good).
+                cap = _IDLE_CHECK if wait is None else min(wait, _IDLE_CHECK)
+                if not self._wake.wait(cap) and cap >= _IDLE_CHECK:
+                    self._forget_listings()
         finally:
             self.active = False
 
@@ -212,19 +215,19 @@ class Mover:
             hour_path = naming.join(self.root, buckets.bucket_name(hour))
             minutes = self._minutes_of(hour)
             if minutes is None:  # the hour bucket is gone
-                self._hours.pop(i)
+                self._drop_hour(i)
                 continue
             if not minutes:
                 if (hour + layout.hour_s) * 1000 > horizon_ms:
                     i += 1  # a future hour whose minute bucket a put is creating (its watch will tell): look on
                 elif hour not in self._undeletable and self._delete_bucket(hour_path):
-                    self._hours.pop(i)
+                    self._drop_hour(i)
                     self._minutes.pop(hour, None)
                 elif hour not in self._undeletable:
                     self._undeletable.add(hour)  # list it once more: a put that raced in shows as a minute bucket
                     self._dirty_hours.add(hour)
                 else:
-                    self._hours.pop(i)  # it holds only foreign nodes (warned): skipped until the root changes
+                    self._drop_hour(i)  # it holds only foreign nodes (warned): skipped until the root changes
                 continue
             self._undeletable.discard(hour)
             j = 0
@@ -247,6 +250,15 @@ class Mover:
             if minutes:
                 i += 1  # only buckets that could not be moved are left in this hour: go on with later hours
         return min(waits) if waits else None
+
+    def _drop_hour(self, i: int) -> None:
+        """Stop following the i-th hour bucket. Its watch may have fired while this pass looked at it (a put made
+        a minute bucket in it): that event saw the hour still followed and only marked the hour, so the root is
+        listed again here, or the new bucket would not be seen until the root changed."""
+        hour = self._hours.pop(i)
+        if hour in self._dirty_hours:
+            self._dirty_hours.discard(hour)
+            self._root_dirty = True
 
     def _stuck_for(self, path: str) -> float:
         """Seconds until the bucket at ``path``, which could not be emptied, is tried again (0: now)."""
