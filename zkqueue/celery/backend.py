@@ -282,12 +282,10 @@ class ZkQueueBackend(KeyValueStoreBackend):
         if not outcome.fire:
             return
         callback = maybe_signature(request.chord, app=self.app)
-        marked = False
-        try:
-            marked = self._fire(gid, tid, callback, outcome.fired_version)
-        finally:
-            if not marked:
-                self.chords.mark_sent(gid, tid)
+        # Marked sent once the body went (or failed the chord); not when _fire raised before that (e.g. the
+        # header's results could not be read): then the part, delivered again, fires it.
+        if not self._fire(gid, tid, callback, outcome.fired_version):
+            self.chords.mark_sent(gid, tid)
 
     def _fire(self, gid: str, tid: str, callback: Any, fired_version: int) -> bool:
         """Join the header and send the body (or fail it); True when the body's publish marked it sent in its own
@@ -313,7 +311,7 @@ class ZkQueueBackend(KeyValueStoreBackend):
         state = publish_with.PENDING  # PENDING after the publish: nobody took the ops, the caller marks it sent
         try:
             if ops:
-                with publish_with.publish_with(self.store.client, ops) as attached:
+                with publish_with.publish_with(self.store.client, ops, callback.freeze().id) as attached:
                     callback.delay(values)
                 state = attached.state
             else:

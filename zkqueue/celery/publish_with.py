@@ -32,6 +32,7 @@ class AttachedOps:
 
     client: Any  # the kazoo client the ops are for: only a transport on that client takes them
     ops: list[Any]
+    task_id: str | None  # the message they go with: the one whose ``id`` header this is
     state: str = PENDING
 
 
@@ -39,9 +40,10 @@ _attached: contextvars.ContextVar[AttachedOps | None] = contextvars.ContextVar("
 
 
 @contextlib.contextmanager
-def publish_with(client: Any, ops: list[Any]) -> Iterator[AttachedOps]:
-    """Attach ``ops`` (for ``client``) to the next message published in this context; see the module doc."""
-    attached = AttachedOps(client, list(ops))
+def publish_with(client: Any, ops: list[Any], task_id: str | None) -> Iterator[AttachedOps]:
+    """Attach ``ops`` (for ``client``) to the message of task ``task_id`` when it is published in this context (a
+    transport stores it with them when it goes to exactly one queue); see the module doc."""
+    attached = AttachedOps(client, list(ops), task_id)
     token = _attached.set(attached)
     try:
         yield attached
@@ -49,10 +51,11 @@ def publish_with(client: Any, ops: list[Any]) -> Iterator[AttachedOps]:
         _attached.reset(token)
 
 
-def take(client: Any) -> AttachedOps | None:
-    """For the transport's put on ``client``: the ops to commit with this message, or None (none attached, meant
-    for another client, or already committed with an earlier message)."""
+def take(client: Any, task_id: str | None) -> AttachedOps | None:
+    """For the transport's publish on ``client`` of the message of ``task_id``: the ops to commit with it, or None
+    (none attached, meant for another client or another message, or settled by an earlier publish)."""
     attached = _attached.get()
-    if attached is None or attached.client is not client or attached.state != PENDING:
+    if attached is None or attached.client is not client or attached.state != PENDING or not task_id \
+            or attached.task_id != task_id:
         return None
     return attached

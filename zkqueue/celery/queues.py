@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 from kombu.utils.json import dumps, loads
 
 from zkqueue import QueueBuilder
@@ -130,20 +130,26 @@ class QueueStore:
         message too large for one znode goes alone, through the large-item side channel (the ops stay pending:
         the caller commits them itself)."""
         queue = self.get(name)
+        data = encode(message, expires_at_ms)
         try:
-            ops = queue.put_ops(encode(message, expires_at_ms), priority)
-        except ItemTooLargeError:
-            queue.put(encode(message, expires_at_ms), priority)
+            (outcome,) = queue.commit_puts([[*queue.put_ops(data, priority), *attached.ops]])
+        except ItemTooLargeError:  # nothing was sent: the message goes alone (large items have multis of their own)
+            queue.put(data, priority)
             return
-        (outcome,) = queue.commit_puts([[*ops, *attached.ops]])
         if outcome.ok:
             attached.state = publish_with.COMMITTED
             return
-        if outcome.op is not None and outcome.op >= len(ops):
-            log.info("a publish with ops of its own to %s was refused by op %d (%r): the message is not stored",
-                     name, outcome.op - len(ops), outcome.error)
-            attached.state = publish_with.REFUSED
-            return
+        if outcome.op is not None and outcome.op >= 1:
+            if isinstance(outcome.error, BadVersionError):
+                log.info("a publish with ops of its own to %s was refused by op %d (%r): the message is not stored",
+                         name, outcome.op - 1, outcome.error)
+                attached.state = publish_with.REFUSED
+                return
+            if isinstance(outcome.error, NoNodeError):  # the node the ops change is gone: store the message alone
+                log.warning("a publish with ops of its own to %s found op %d's node gone (%r): the message is "
+                            "stored alone", name, outcome.op - 1, outcome.error)
+                queue.put(data, priority)
+                return
         raise outcome.error or QueueStateError(f"the put to {name} failed")
 
     def claim(self, name: str, max_nodes: int, timeout: float = 0.0, *, confirm: bool = True) -> list[Any]:

@@ -33,6 +33,7 @@ from kombu.utils.uuid import uuid
 
 from zkqueue.celery import client as clients
 from zkqueue.celery import publish_with
+from zkqueue.celery.publish_with import AttachedOps
 from zkqueue.errors import BrokerConnectionError, SessionLostError
 from zkqueue.celery.qos import QoS, Held
 from zkqueue.celery.queues import QueueStore, decode, expired
@@ -172,7 +173,32 @@ class Channel(virtual.Channel):
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
         self.queue_delete(queue)
 
-    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+    def basic_publish(self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any) -> Any:
+        """kombu's publish; a message that ops were attached to (:mod:`.publish_with`: a chord's body) and that goes
+        to exactly one queue is stored with those ops in one multi."""
+        attached = publish_with.take(self.store.client, (message.get("headers") or {}).get("id"))
+        if attached is not None:
+            queues = self._destinations(exchange, routing_key)
+            if len(queues) == 1:
+                self._inplace_augment_message(message, exchange, routing_key)
+                self._put(queues[0], message, attached=attached)
+                return None
+        return super().basic_publish(message, exchange, routing_key, **kwargs)
+
+    def _destinations(self, exchange: str, routing_key: str) -> list[str]:
+        """The queues a publish to ``exchange`` with ``routing_key`` reaches, looked up without side effects ([]
+        for a fanout exchange or one not known here: such a publish goes kombu's own way)."""
+        if not exchange:
+            return [routing_key] if routing_key else []
+        try:
+            kind = self.typeof(exchange)
+            if kind.type == "fanout":
+                return []
+            return list(kind.lookup(self.get_table(exchange), exchange, routing_key, None))
+        except KeyError:
+            return []
+
+    def _put(self, queue: str, message: dict[str, Any], attached: AttachedOps | None = None, **kwargs: Any) -> None:
         props = message.get("properties") or {}
         ttl_ms: int | None = None
         if props.get("expiration") is not None:
@@ -180,7 +206,6 @@ class Channel(virtual.Channel):
         elif queue in self._queue_ttl:
             ttl_ms = self._queue_ttl[queue]
         expires = None if ttl_ms is None else int(time.time() * 1000) + ttl_ms
-        attached = publish_with.take(self.store.client)
         if attached is not None:  # ops to commit with this message (a chord's body and its "sent" mark)
             self.store.put_with(queue, message, self._zk_priority(message), expires, attached)
             return
