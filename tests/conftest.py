@@ -1,9 +1,9 @@
 """Every test gets a real ZooKeeper: see zkqueue/pytest_plugin.py for the fixtures.
 
-``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadscope``) with the scheduler below: a
+``make test`` runs the suite on three pytest-xdist workers (``-n 3 --dist loadscope``) with the scheduler below: a
 test module is one unit of work, as in xdist's own ``loadscope``, except that the folders in :data:`GROUPS` are
 one unit each. The suites that load the machine most, Spark's JVMs and the fault suite's 3-node ensemble with its
-worker processes, thus run one after another on one worker while the other worker runs the rest; the benchmark
+worker processes, thus run one after another on one worker while the others run the rest; the benchmark
 smoke tests form a unit of their own (each starts servers and peers of its own). (xdist's ``xdist_group`` marks
 cannot do this here: with pytest 9.2 xdist 3.8 no longer tags the test ids with their group.)"""
 

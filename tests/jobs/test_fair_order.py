@@ -33,11 +33,13 @@ def test_a_job_due_at_half_a_second_runs_before_jobs_added_at_one_and_a_half_whi
 
     def handler(job) -> None:
         ran.append((job.id, time.monotonic()))
-        time.sleep(0.02)
+        time.sleep(0.045)
 
     with JobQueue(zk_client, PATH) as jq:
         start = time.monotonic()
-        jq.add_all([(f"b-{i}", i) for i in range(40)])  # a backlog of about a second
+        # A backlog of 40 jobs of 45 ms each, all runnable before the late job: it cannot run before 1.8 s however
+        # fast the machine (with 20 ms each a fast run started it at 1.32 s, before the adds at 1.5 s).
+        jq.add_all([(f"b-{i}", i) for i in range(40)])
         for i in range(40):
             added[f"b-{i}"] = 0.0
         assert jq.add("late", job_id="late", delay=0.5) == "late"
@@ -57,7 +59,7 @@ def test_a_job_due_at_half_a_second_runs_before_jobs_added_at_one_and_a_half_whi
         producer.start()
         worker = jq.work(handler, concurrency=1)
         try:
-            wait_for(lambda: any(job_id == "late" for job_id, _ in ran), timeout=8,
+            wait_for(lambda: any(job_id == "late" for job_id, _ in ran), timeout=30,
                      message="the job due at 0.5 s did not run while immediate jobs kept coming")
         finally:
             stop.set()
