@@ -188,7 +188,9 @@ def test_ack_during_short_outage_completes_after_reconnect(request) -> None:
     except pytest.FixtureLookupError:
         pytest.skip("needs the lead's zk_private_server fixture")
     fast_reconnect = {"max_tries": -1, "delay": 0.05, "max_delay": 0.3}
-    client = KazooClient(hosts=server.connect_string, timeout=20.0, connection_retry=fast_reconnect)
+    # A session well longer than the outage: on a loaded machine the restarted server's JVM was slow enough to
+    # answer that a 20 s session expired before the client got through (a fresh-clone run under three workers).
+    client = KazooClient(hosts=server.connect_string, timeout=40.0, connection_retry=fast_reconnect)
     states: list = []
     started, go = threading.Event(), threading.Event()
     got: list = []
@@ -209,7 +211,7 @@ def test_ack_during_short_outage_completes_after_reconnect(request) -> None:
             wait_for(lambda: KazooState.SUSPENDED in states)
             go.set()  # the ack is attempted while disconnected
             server.start(0)
-            wait_for(lambda: client.connected, timeout=30)
+            wait_for(lambda: client.connected, timeout=60)
             wait_for(lambda: client.exists(QPATH) and client.get_children(QPATH) == [], timeout=30)
             wait_for(lambda: lock_nodes(client, LPATH) == [])
             assert got == ["job"]
