@@ -21,7 +21,7 @@ from kazoo.protocol.states import KazooState
 
 from zkqueue.builder import QueueBuilder
 from zkqueue.formats.serializers import StrSerializer
-from zkqueue.server.testing import FAST_RECONNECT  # noqa: F401 - the fault suite's modules take it from here
+from zkqueue.server.testing import FAST_RECONNECT
 
 
 class Journal:

@@ -22,10 +22,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from faultworker import FAST_RECONNECT  # type: ignore[import-not-found]
-
 from zkqueue import App, RetryPolicy
 from zkqueue.jobs.model import Job
+from zkqueue.server.testing import FAST_RECONNECT
 
 log = logging.getLogger("zkqueue.tests.faults.taskapp")
 
