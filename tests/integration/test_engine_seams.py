@@ -323,6 +323,39 @@ def test_acks_of_ones_own_under_a_block_lease_give_the_block_back_in_the_same_mu
     assert zk_client.get_children(QPATH) == [] and sorted(zk_client.get_children("/seams/side")) == ["b1"]
 
 
+def test_no_node_joins_a_block_lease_whose_lock_a_planned_multi_deletes(zk_client, zk_client_factory) -> None:
+    """A claim's next nodes in a block this consumer holds join that lease, but not once ``block_tail`` planned
+    the lock's delete with the acks of its members: the joined node would be held with no lock after that multi
+    (another consumer could take it). They are left for a later claim, which takes the block afresh."""
+    from zkqueue.engine.api import block_tail, run_multi
+
+    fill(zk_client, [f"j{i}" for i in range(6)])
+    q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
+    other = DistributedQueue(zk_client_factory(), None, StrSerializer(), QPATH, lock_path=LPATH)
+    with q, other:
+        first = q.claim_nodes(2, timeout=5, block_leases=True)
+        assert [n.items[0] for n in first] == ["j0", "j1"]
+        ops = [op for node in first for op in node.ack_ops([])[0]]
+        tail = block_tail(first)  # the lock goes with these acks: the lease is sealed
+        assert len(tail.ops) == 1
+        assert q.claim_nodes(2, timeout=0, block_leases=True) == []  # j2, j3 may not join it
+        assert q.stats().block_joins == 0
+        assert run_multi(zk_client, ops + tail.ops).ok
+        tail.committed()
+        for node in first:
+            node.forget()
+        assert _block_locks(zk_client) == []
+        later = q.claim_nodes(2, timeout=5, block_leases=True)  # the block, claimed afresh
+        assert [n.items[0] for n in later] == ["j2", "j3"] and len(_block_locks(zk_client)) == 1
+        joined = q.claim_nodes(1, timeout=5, block_leases=True)  # an open lease: j4 joins it
+        assert [n.items[0] for n in joined] == ["j4"] and q.stats().block_joins == 1
+        assert other.claim_nodes(5, timeout=0.3, block_leases=True) == []  # the block covers j4 and j5
+        for node in later + joined:
+            node.completion = Completion.ack()
+        q.complete_nodes(later + joined)
+        assert [n.items[0] for n in other.claim_nodes(5, timeout=5, block_leases=True)] == ["j5"]
+
+
 def test_a_block_lease_whose_ack_ops_were_built_is_not_moved_to_item_leases(zk_client) -> None:
     """From ``ack_ops`` until the node is forgotten or released its block lease stays a block lease (the lease
     keeper moves the unfinished items of a block held too long to item leases; the ops built would then fail)."""
@@ -385,8 +418,9 @@ def test_pull_claims_never_retry_names_they_finished_while_the_listing_still_sho
 
 def test_pull_claims_under_block_leases_hold_one_lock_per_block(zk_client) -> None:
     """claim_nodes(block_leases=True): 130 nodes (sequences 0..129, three blocks of 64) are held under 3 block
-    locks, not 260 lock and fence nodes; completing every node of a block releases its lock; a released node is
-    claimable again; what is left of a held block is claimed once that block is free."""
+    locks, not 260 lock and fence nodes; completing every node of a block releases its lock; what is left of a
+    block we hold joins its lease (the claim keeps the queue's order, with no lock of its own); a released node is
+    claimable again."""
     fill(zk_client, [f"b{i}" for i in range(130)])
     q = DistributedQueue(zk_client, None, StrSerializer(), QPATH, lock_path=LPATH)
     with q:
@@ -399,14 +433,17 @@ def test_pull_claims_under_block_leases_hold_one_lock_per_block(zk_client) -> No
             o.completion = Completion.ack()
         q.complete_nodes(first_block)
         assert len(lock_nodes(zk_client, LPATH)) == 1  # its last node finished: the block's lock is gone
-        rest = q.claim_nodes(100, timeout=5, block_leases=True)  # 100..127 wait for block 64 (still ours)
-        assert [o.items[0] for o in rest] == ["b128", "b129"]
+        rest = q.claim_nodes(100, timeout=5, block_leases=True)  # 100..127 join block 64's lease (still ours)
+        assert [o.items[0] for o in rest] == [f"b{i}" for i in range(100, 130)]
+        assert len(lock_nodes(zk_client, LPATH)) == 2  # block 64's and block 128's: none for the joined nodes
+        assert q.stats().block_joins == 28
         q.release_nodes(second_block[:1])
         for o in second_block[1:]:
             o.completion = Completion.ack()
         q.complete_nodes(second_block[1:])
+        assert len(lock_nodes(zk_client, LPATH)) == 2  # block 64 still covers b100..b127
         again = q.claim_nodes(100, timeout=5, block_leases=True)
-        assert [o.items[0] for o in again] == ["b64"] + [f"b{i}" for i in range(100, 128)]
+        assert [o.items[0] for o in again] == ["b64"]  # given back: claimed again, under the lease it left
         for o in rest + again:
             o.completion = Completion.ack()
         q.complete_nodes(rest + again)

@@ -88,6 +88,9 @@ class Lease:
     #: None: not yet. :meth:`Leases.release_blocks` does not delete a "done" lock again, an "unsure" one only if it
     #: is still ours.
     tail: str | None = None
+    #: A multi that deletes its lock with the acks of its members was planned (:meth:`Leases.releases_if_finished`):
+    #: no name joins it any more (see :meth:`Leases.join_blocks`), whether that multi commits or not.
+    sealed: bool = False
 
 
 @dataclass(eq=False)
@@ -304,6 +307,30 @@ class Leases:
                                    protocol.send_multi(self._ctx.client, ops, limit=self._ctx.jute_max_buffer)))
         return sent
 
+    def join_blocks(self, names: Sequence[str], blocks: Sequence[int | None]) -> dict[str, Held]:
+        """Take ``names`` (``blocks[i]`` the block of ``names[i]``) under the block leases this instance holds
+        already: no request, the block's lock covers every item of the block. This keeps a claim in the queue's
+        order when its next names share a block with items claimed before and not finished yet (a block claim
+        takes only as many items as the consumer has room for).
+
+        A name joins only a lease that is current (not released, not of an older session fence), open (not being
+        downgraded, no multi planned to delete its lock: see :attr:`Lease.sealed`) and does not hold that name
+        already. The caller reads the joined items as it reads a block claim's (an item lease taken before our
+        block claim shows as a child of its item and is left alone) and gives back what it will not deliver."""
+        joined: dict[str, Held] = {}
+        with self._state:
+            for name, block in zip(names, blocks):
+                lease = None if block is None else self._blocks.get(block)
+                if (lease is None or lease.sealed or lease.downgrading or lease.tail is not None
+                        or lease.session_fence != self._fence or name in lease.members):
+                    continue
+                h = Held(name, self._ctx.item_path(name), lease)
+                lease.members[name] = h
+                joined[name] = h
+        if joined:
+            self._ctx.counters.add("block_joins", len(joined))
+        return joined
+
     def _block_lock(self, block: int) -> str:
         return naming.join(self._lock_path, naming.block_lock_name(block, self._ctx.queue_path))
 
@@ -508,15 +535,18 @@ class Leases:
         return list(ops)
 
     def releases_if_finished(self, helds: Iterable[Held]) -> tuple[list[Any], list[Lease]]:
-        """The block deletes that would follow if every item in ``helds`` were finished now, and their leases
-        (nothing changes)."""
+        """The block deletes that would follow if every item in ``helds`` were finished now, and their leases (which
+        are sealed: see :attr:`Lease.sealed`; nothing else changes)."""
         finishing: dict[int, set[str]] = {}
         leases: dict[int, Lease] = {}
-        for h in helds:
-            if h.lease.kind is LeaseKind.BLOCK:
-                finishing.setdefault(id(h.lease), set()).add(h.name)
-                leases[id(h.lease)] = h.lease
-        emptied = [leases[key] for key, names in finishing.items() if set(leases[key].members) <= names]
+        with self._state:  # against a name joining one of these leases meanwhile (see join_blocks)
+            for h in helds:
+                if h.lease.kind is LeaseKind.BLOCK:
+                    finishing.setdefault(id(h.lease), set()).add(h.name)
+                    leases[id(h.lease)] = h.lease
+            emptied = [leases[key] for key, names in finishing.items() if set(leases[key].members) <= names]
+            for lease in emptied:
+                lease.sealed = True  # its lock's delete is planned: nothing may join it from now on
         return [delete_op(lease.lock) for lease in emptied], emptied
 
     def finished(self, helds: Iterable[Held]) -> list[Lease]:

@@ -217,11 +217,19 @@ class LeaseTaker:
         leases = self.leases
         locked = False
         blocks = [naming.block_of(n) for n in names]
+        order = names  # the consumption order the outcomes keep
+        joined: dict[str, Held] = {}
         if leases.held_blocks().intersection(blocks):
             self.completer.collect()  # the previous step's completions release its blocks
             ours = leases.held_blocks()
-            if ours.intersection(blocks):  # still finishing an earlier step of ours there: try them again soon
-                locked = True
+            if ours.intersection(blocks):
+                # Names in a block we hold (items of it claimed before and not finished yet) join that lease, so
+                # the claim keeps the queue's order. A name whose lease cannot take it now (being released or
+                # downgraded) is left for a later claim.
+                mine = [i for i, b in enumerate(blocks) if b in ours]
+                joined = leases.join_blocks([names[i] for i in mine], [blocks[i] for i in mine])
+                if len(joined) < len(mine):
+                    locked = True
                 keep = [i for i, b in enumerate(blocks) if b not in ours]
                 names, blocks = [names[i] for i in keep], [blocks[i] for i in keep]
         blocks_ok = (self.uses_blocks() if blocks_wanted is None
@@ -235,7 +243,7 @@ class LeaseTaker:
                 item_names.append(n)
         together = time.monotonic() >= self._split_claims_until
         try:
-            held, reads, claimed, claim_locked, again = self._claim(by_block, item_names, together)
+            held, reads, claimed, claim_locked, again = self._claim(by_block, item_names, together, joined)
             if again:  # a claim of several blocks met one held by another consumer: claim block by block
                 self._split_claims_until = time.monotonic() + _SPLIT_CLAIMS_FOR
                 again_by_block = {b: by_block[b] for b in again}
@@ -246,6 +254,9 @@ class LeaseTaker:
         except FenceLostError:
             return [], True, []  # the session expired: every lease went with it
         locked = locked or claim_locked
+        if joined or (by_block and item_names) or len(by_block) > 1:
+            position = {n: i for i, n in enumerate(order)}
+            held = dict(sorted(held.items(), key=lambda kv: position.get(kv[0], len(position))))
         handled, outcomes, more_locked = self._read_out(held, reads)
         handled.extend(claimed.gone)
         locked = locked or more_locked
@@ -253,15 +264,17 @@ class LeaseTaker:
             outcomes = self._run_claim_hook(outcomes, handled)
         return handled, locked, outcomes
 
-    def _claim(self, by_block: dict[int, list[str]], item_names: list[str], together: bool
+    def _claim(self, by_block: dict[int, list[str]], item_names: list[str], together: bool,
+               joined: dict[str, Held] | None = None
                ) -> tuple[dict[str, Held], dict[str, Any], Claimed, bool, list[int]]:
-        """Claim blocks (first sequence -> names) and ``item_names`` by item, and read what was claimed: (held by
-        name, read result by name, the item claims, whether some were held by others, blocks to claim again)."""
+        """Claim blocks (first sequence -> names) and ``item_names`` by item, and read what was claimed and what
+        ``joined`` block leases held already (see :meth:`Leases.join_blocks`): (held by name, read result by name,
+        the item claims, whether some were held by others, blocks to claim again)."""
         ctx = self._ctx
         leases = self.leases
         sent: list[Any] = []
         claimed = Claimed()
-        held: dict[str, Held] = {}
+        held: dict[str, Held] = dict(joined or {})
         locked = False
         again: list[int] = []
         read_names: list[str] = []
@@ -269,12 +282,14 @@ class LeaseTaker:
             try:
                 sent = leases.send_block_claims(by_block, together=together) if by_block else []
                 claimed = leases.claim_items(item_names) if item_names else Claimed()
-                read_names = [n for members in by_block.values() for n in members] + [h.name for h in claimed.held]
+                read_names = ([*held] + [n for members in by_block.values() for n in members]
+                              + [h.name for h in claimed.held])
                 read = protocol.send_multi_read(ctx.client, [ctx.item_path(n) for n in read_names],
                                                 limit=ctx.jute_max_buffer)
             finally:
                 if sent:  # always learn what the block claims got, so nothing stays held unknowingly
-                    held, locked, again = leases.finish_block_claims(sent)
+                    got, locked, again = leases.finish_block_claims(sent)
+                    held.update(got)
             for h in claimed.held:
                 held[h.name] = h
             results = read.result()

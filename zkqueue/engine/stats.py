@@ -27,6 +27,8 @@ class QueueStats:
     moved: int = 0
     released: int = 0
     leases_downgraded: int = 0
+    #: Claimed names taken under a block lease this instance held already (see ``Leases.join_blocks``).
+    block_joins: int = 0
     large_items_put: int = 0
     blobs_reclaimed: int = 0
     #: Puts sent to the schedule (due more than ``park_after`` ahead), and parked items this instance's mover moved
