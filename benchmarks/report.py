@@ -301,7 +301,7 @@ def jobs_live_notes(report: dict[str, Any]) -> list[str]:
     return [f"jobs_live {', '.join(keys)}: n/a ({reason})" for reason, keys in by_reason.items()]
 
 
-CELERY_BROKERS = ("zkqueue", "redis", "kombu_zookeeper")
+CELERY_BROKERS = ("zkqueue", "zkqueue_unconfirmed", "redis", "kombu_zookeeper")
 
 
 def celery_brokers_tables(report: dict[str, Any]) -> list[Table]:
@@ -315,17 +315,24 @@ def celery_brokers_tables(report: dict[str, Any]) -> list[Table]:
                     f"(--concurrency {st['concurrency']}) running first, then one producer sends {st['count']:,} "
                     f"tasks with delay(); from the first send until the last result is stored (tasks/s, median of "
                     f"{st['repeats']})")
-    for col in ("broker", "tasks/s", "zkqueue / this", "target", "pass"):
+    for col in ("broker", "tasks/s", "zkqueue / this", "this / Redis", "target", "pass"):
         t.add_column(col, justify="left" if col == "broker" else "right")
+    ratios = sec.get("ratios", {})
+    target = f">= {sec['target'].split('>=')[-1].strip()}"
+    verdicts = {True: "[green]pass[/]", False: "[red]MISS[/]", None: "-"}
     for b in CELERY_BROKERS:
         if b not in sec.get("runs", {}):
             continue
         key = {"redis": "zkqueue_redis", "kombu_zookeeper": "zkqueue_kombu_zookeeper"}.get(b)
-        ratio = sec.get("ratios", {}).get(key) if key else None
-        verdict = {True: "[green]pass[/]", False: "[red]MISS[/]", None: "-"}[sec.get("pass")] if b == "redis" else ""
+        to_redis = {"zkqueue": "zkqueue_redis", "zkqueue_unconfirmed": "zkqueue_unconfirmed_redis"}.get(b)
+        ratio = ratios.get(key) if key else None
+        own = ratios.get(to_redis) if to_redis else None
+        verdict = {"zkqueue": verdicts[sec.get("pass")],
+                   "zkqueue_unconfirmed": verdicts[sec.get("pass_unconfirmed")]}.get(b, "")
         t.add_row(labels.get(b, b), _rate_cell(sec["runs"][b], sec.get("na", {}).get(b)),
                   "" if key is None else ("n/a" if ratio is None else f"{ratio:.2f}x"),
-                  f">= {sec['target'].split('>=')[-1].strip()}" if b == "redis" else "", verdict)
+                  "" if to_redis is None else ("n/a" if own is None else f"{own:.2f}x"),
+                  target if to_redis else "", verdict)
     out = [t]
     kill = sec.get("kill") or {}
     if kill:

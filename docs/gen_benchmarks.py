@@ -24,7 +24,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: Result files in page order, with their section titles; any other ``*-latest.json`` follows under its own name.
 KNOWN = {"latest.json": "Full run: queues against Curator and kazoo",
          "jobs-live-latest.json": "Jobs live: a worker running while producers add",
-         "deep-latest.json": "Deep queues"}
+         "deep-latest.json": "Deep queues",
+         "celery-brokers-latest.json": "Celery on zkqueue://, on Redis and on kombu's zookeeper://"}
 
 
 def _report() -> Any:

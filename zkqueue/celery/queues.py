@@ -17,9 +17,11 @@ plus ``x-zkqueue-expires`` (epoch ms) when the message or its queue has a time t
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -43,6 +45,8 @@ EXPIRES_KEY = "x-zkqueue-expires"
 FRESH_LISTING_WAIT = 0.2
 #: Most given-back messages a store remembers to mark as redelivered.
 MAX_GIVEN_BACK = 10_000
+#: Most seconds closing a store (and the process's exit) waits for unconfirmed publishes to commit.
+PUBLISH_FLUSH_SECONDS = 30.0
 
 
 def node_name(name: str) -> str:
@@ -78,6 +82,8 @@ class QueueStore:
         self._large_items = large_items
         self._lock = threading.Lock()
         self._queues: dict[str, Any] = {}
+        #: Engine queues of unconfirmed publishes (``confirm_publish=False``): background puts, by queue name.
+        self._publishers: dict[str, Any] = {}
         #: (queue, node name) of messages this process gave back (reject with requeue, recover, close), oldest
         #: first: delivered again here, they are marked ``redelivered`` (another process cannot know it).
         self._given_back: dict[tuple[str, str], None] = {}
@@ -119,9 +125,48 @@ class QueueStore:
                 self._queues[name] = queue
             return queue
 
-    def put(self, name: str, message: dict[str, Any], priority: int, expires_at_ms: int | None = None) -> None:
-        """Store ``message`` in queue ``name``; returns once it is committed (puts of many threads share multis)."""
-        self.get(name).put(encode(message, expires_at_ms), priority)
+    def put(self, name: str, message: dict[str, Any], priority: int, expires_at_ms: int | None = None, *,
+            confirm: bool = True) -> None:
+        """Store ``message`` in queue ``name``; returns once it is committed (puts of many threads share multis).
+
+        With ``confirm`` False (the transport's ``confirm_publish=False``) it returns once the message is handed to
+        this process's put thread of that queue, which commits the messages handed to it in publish order, many per
+        multi, exactly once through a lost reply and across a failover; a put that fails for good is logged and
+        counted (``put_failed``). :meth:`flush_publishes` waits for them; closing the store and the process's exit
+        do so (for up to :data:`PUBLISH_FLUSH_SECONDS`). A process killed in between loses what it had not sent,
+        as an AMQP publisher without confirms does."""
+        data = encode(message, expires_at_ms)
+        if confirm:
+            self.get(name).put(data, priority)
+        else:
+            self._publisher(name).put(data, priority)
+
+    def _publisher(self, name: str) -> Any:
+        with self._lock:
+            queue = self._publishers.get(name)
+            if queue is None:
+                if not self._publishers:
+                    _flush_at_exit(self)
+                builder = (QueueBuilder.builder(self.client, None, BytesSerializer(), self.queue_path(name))
+                           .lock_path(self.lock_path(name)).put_in_background(True)
+                           .final_flush_time(PUBLISH_FLUSH_SECONDS))
+                if self._large_items:
+                    builder = builder.large_items()
+                queue = builder.build_priority_queue(0)
+                queue.start()
+                self._publishers[name] = queue
+            return queue
+
+    def flush_publishes(self, timeout: float | None = PUBLISH_FLUSH_SECONDS) -> bool:
+        """Wait until every unconfirmed publish of this store has committed (or failed, logged); False on timeout."""
+        with self._lock:
+            publishers = list(self._publishers.values())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for queue in publishers:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not queue.flush_puts(left):
+                return False
+        return True
 
     def put_with(self, name: str, message: dict[str, Any], priority: int, expires_at_ms: int | None,
                  attached: AttachedOps) -> None:
@@ -215,6 +260,10 @@ class QueueStore:
 
     def delete(self, name: str) -> None:
         """Purge ``name`` and remove its nodes when no consumer holds a message of it any more."""
+        with self._lock:
+            publisher = self._publishers.pop(name, None)
+        if publisher is not None:
+            publisher.close()  # its publishes commit first (then the purge deletes them, as AMQP's delete does)
         self.purge(name)
         self.acker.flush()  # acks handed over for its messages commit before the queue closes
         with self._lock:
@@ -228,6 +277,13 @@ class QueueStore:
                 pass  # held messages (or a put racing the delete) keep the node
 
     def close(self) -> None:
+        with self._lock:
+            publishers, self._publishers = list(self._publishers.values()), {}
+        for publisher in publishers:  # unconfirmed publishes commit (for up to PUBLISH_FLUSH_SECONDS)
+            try:
+                publisher.close()
+            except Exception:
+                log.warning("closing the publisher of %s failed", publisher.queue_path, exc_info=True)
         self.acker.close()  # the acks handed over commit before the queues (and their leases) close
         with self._lock:
             queues, self._queues = list(self._queues.values()), {}
@@ -236,3 +292,16 @@ class QueueStore:
                 queue.close()
             except Exception:
                 log.warning("closing queue %s failed", queue.queue_path, exc_info=True)
+
+
+def _flush_at_exit(store: QueueStore) -> None:
+    """At the interpreter's exit, wait for ``store``'s unconfirmed publishes (the put threads are daemons)."""
+    ref = weakref.ref(store)
+
+    def flush() -> None:
+        live = ref()
+        if live is not None and not live.flush_publishes():
+            log.warning("unconfirmed publishes of %s did not commit within %.0f s of the exit", live.root,
+                        PUBLISH_FLUSH_SECONDS)
+
+    atexit.register(flush)

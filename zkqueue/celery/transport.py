@@ -14,6 +14,9 @@ Waiting (:mod:`.wakeup`): ``drain_events`` waits on one condition per connection
 queue it can take from (the engine's children cache of each, fed by ZooKeeper's child watch) and by an ack or a
 give-back on any of its channels (a prefetch slot opening). A message published to any consumed queue is
 delivered within milliseconds; the waits are local, not requests to the server.
+
+Under an event loop (Celery's worker) the claims run on a thread of their own (:mod:`.prefetch`), which waits on
+that same condition; the loop only delivers what was claimed, and never waits on ZooKeeper.
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ from kombu.utils.uuid import uuid
 
 from zkqueue.celery import client as clients
 from zkqueue.celery import publish_with
+from zkqueue.celery.prefetch import Prefetcher, Ready
 from zkqueue.celery.publish_with import AttachedOps
 from zkqueue.errors import BrokerConnectionError, SessionLostError
 from zkqueue.celery.qos import QoS, Held
 from zkqueue.celery.queues import QueueStore, decode, expired
 from zkqueue.celery.routing import Bindings
 from zkqueue.celery.url import DEFAULT_PORT, DEFAULT_ROOT, ZkUrl, from_parts, parse_url
-from zkqueue.celery.wakeup import Wakeup, version_of
+from zkqueue.celery.wakeup import LoopSignal, Wakeup, version_of
 from zkqueue.engine.api import CONNECTION_ERRORS, Completion, wait_connected
 from zkqueue.errors import QueuePermissionError
 
@@ -52,10 +56,9 @@ DEFAULT_BULK = 100
 #: While acks are committing, a claim waits for at least 1/MIN_CLAIM_SHARE of the prefetch to be free.
 MIN_CLAIM_SHARE = 2
 DEFAULT_PRIORITY_STEPS = tuple(range(10))
-#: Most seconds ``drain_events`` waits before it looks again without being woken.
+#: Most seconds ``drain_events`` waits before it looks again without being woken (and, under an event loop, how
+#: often the loop looks at the session regardless).
 MAX_WAIT = 1.0
-#: Under an event loop: how long an empty look leaves its queues watched (the loop's timer looks again sooner).
-ARMED_SECONDS = 60.0
 
 
 class Channel(virtual.Channel):
@@ -65,13 +68,17 @@ class Channel(virtual.Channel):
     supports_fanout = True
     do_restore = True
     from_transport_options = virtual.Channel.from_transport_options + (
-        "priority_steps", "priority_order", "bulk", "polling_interval")
+        "priority_steps", "priority_order", "bulk", "polling_interval", "confirm_publish")
 
     priority_steps: tuple[int, ...] = DEFAULT_PRIORITY_STEPS
     #: "lower_first" (Celery's order on Redis: 0 comes out first) or "higher_first" (RabbitMQ's: 9 first).
     priority_order = "lower_first"
     bulk = DEFAULT_BULK
     polling_interval: float | None = None
+    #: True: a publish returns once its message is committed in ZooKeeper. False: once it is handed to the
+    #: process's put thread, which commits it within milliseconds, many per multi (AMQP's publish without
+    #: confirms; see ``QueueStore.put``). kombu's pyamqp transport names this option alike.
+    confirm_publish = True
 
     def __init__(self, connection: Any, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
@@ -79,6 +86,8 @@ class Channel(virtual.Channel):
             raise ValueError(f"priority_order must be 'lower_first' or 'higher_first', got {self.priority_order!r}")
         self._queue_ttl: dict[str, int] = {}  # queue -> message TTL in ms (x-message-ttl of this process's declare)
         self._auto_delete: set[str] = set()
+        #: Claimed by the connection's claiming thread (under an event loop) and not delivered yet.
+        self.ready = Ready()
 
     # ------------------------------------------------------------------------------------------ parts
     @property
@@ -136,6 +145,27 @@ class Channel(virtual.Channel):
         tag = super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
         self.connection.wakeup.wake()  # a drain waiting in another thread takes this queue into account
         return tag
+
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        queue = self._tag_to_queue.get(consumer_tag)
+        result = super().basic_cancel(consumer_tag)
+        if queue is not None and queue not in self._active_queues:
+            self._give_back_ready(queue)  # claimed for that consumer, not delivered: back to the queue now
+        return result
+
+    def _give_back_ready(self, queue: str | None = None) -> None:
+        """Release the messages claimed for this channel and not delivered (of ``queue`` only, if given)."""
+        taken = self.ready.take(queue)
+        if not taken:
+            return
+        by_queue: dict[str, list[Any]] = {}
+        for name, node, _message in taken:
+            by_queue.setdefault(name, []).append(node)
+        try:
+            for name, nodes in by_queue.items():
+                self.store.get(name).release_nodes(nodes)
+        except Exception as exc:  # their leases end with the session anyway
+            log.warning("could not give back %d claimed message(s): %r", len(taken), exc)
 
     # ------------------------------------------------------------------------------------------ priorities
     def _zk_priority(self, message: dict[str, Any]) -> int:
@@ -209,7 +239,7 @@ class Channel(virtual.Channel):
         if attached is not None:  # ops to commit with this message (a chord's body and its "sent" mark)
             self.store.put_with(queue, message, self._zk_priority(message), expires, attached)
             return
-        self.store.put(queue, message, self._zk_priority(message), expires)
+        self.store.put(queue, message, self._zk_priority(message), expires, confirm=bool(self.confirm_publish))
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
         for queue in {q for _rk, q in self.bindings.table(exchange)}:
@@ -262,8 +292,14 @@ class Channel(virtual.Channel):
 
     # ------------------------------------------------------------------------------------------ consuming
     def _deliverable(self, queue: str, node: Any) -> dict[str, Any] | None:
-        """The message of ``node``, registered as pending under a fresh delivery tag; None (and the node acked)
-        when it expired. Each delivery gets its own tag: a fanout copy or a redelivery never shares one."""
+        """The message of ``node``, registered as pending under a fresh delivery tag; None (and the node settled)
+        when it expired or cannot be decoded."""
+        message = self._decoded(queue, node)
+        return None if message is None else self._register(queue, node, message)
+
+    def _decoded(self, queue: str, node: Any) -> dict[str, Any] | None:
+        """The kombu message of ``node``; None (and the node acked, or quarantined) when it expired or cannot be
+        decoded."""
         try:
             message, expires = decode(node.items[0])
         except Exception:
@@ -274,6 +310,11 @@ class Channel(virtual.Channel):
         if expired(expires):
             self.store.get(queue).complete_nodes([node])
             return None
+        return message
+
+    def _register(self, queue: str, node: Any, message: dict[str, Any]) -> dict[str, Any]:
+        """``message`` registered as pending under a fresh delivery tag. Each delivery gets its own tag: a fanout
+        copy or a redelivery never shares one."""
         tag = uuid()
         props = message.setdefault("properties", {})
         props["delivery_tag"] = tag
@@ -299,26 +340,60 @@ class Channel(virtual.Channel):
         return max(1, (self.qos.prefetch_count or 0) // MIN_CLAIM_SHARE)
 
     def _budget(self) -> int:
+        """How many messages a claim may take now: the prefetch's room, less what was claimed and not delivered."""
         estimate = self.qos.can_consume_max_estimate()
-        return min(self.bulk, estimate) if estimate is not None else self.bulk
+        budget = min(self.bulk, estimate) if estimate is not None else self.bulk
+        return budget - self.ready.count
+
+    def _claimable(self) -> int:
+        """:meth:`_budget`, or 0 while a group of acks is committing and the room is under :meth:`_min_claim` (the
+        wake when it has committed opens more slots, claimed in one go)."""
+        budget = self._budget()
+        if budget <= 0 or (budget < self._min_claim() and self.qos.acking_count):
+            return 0
+        return budget
 
     def deliver_from(self, queue: str, timeout: float) -> int:
         """Claim what the prefetch allows from ``queue`` (waiting up to ``timeout``) and deliver it; how many."""
-        budget = self._budget()
-        if budget <= 0:
+        budget = self._claimable()
+        if not budget:
             return 0
-        if budget < self._min_claim() and self.qos.acking_count:
-            return 0  # a group of acks is committing: the wake when it has opens more slots, claimed in one go
         delivered = 0
         for node in self.store.claim_fresh(queue, budget, timeout, confirm=timeout > 0):
             message = self._deliverable(queue, node)
-            if message is None:
-                continue
-            tag = message["properties"]["delivery_tag"]
-            try:
-                self.connection._deliver(message, queue)
-            finally:
-                self._settle_unclaimed(tag, queue, now=False)
+            if message is not None:
+                self._deliver_one(queue, message)
+                delivered += 1
+        return delivered
+
+    def _deliver_one(self, queue: str, message: dict[str, Any]) -> None:
+        tag = message["properties"]["delivery_tag"]
+        try:
+            self.connection._deliver(message, queue)
+        finally:
+            self._settle_unclaimed(tag, queue, now=False)
+
+    def prefetch_from(self, queue: str) -> int:
+        """On the claiming thread (:mod:`.prefetch`): claim what the prefetch allows from ``queue`` and keep the
+        decoded messages for :meth:`deliver_ready`; how many were claimed."""
+        budget = self._claimable()
+        if not budget or self.closed:
+            return 0
+        nodes = self.store.claim_fresh(queue, budget, 0.0, confirm=False)
+        if not nodes:
+            return 0
+        claimed = [(node, message) for node in nodes if (message := self._decoded(queue, node)) is not None]
+        self.ready.extend(queue, claimed)
+        if self.closed or queue not in self._active_queues:
+            self._give_back_ready(queue)  # the channel closed, or the consumer was cancelled, meanwhile
+        return len(nodes)
+
+    def deliver_ready(self) -> int:
+        """On the event loop's thread: deliver what the claiming thread claimed for this channel; how many."""
+        delivered = 0
+        while not self.closed and (item := self.ready.pop()) is not None:
+            queue, node, message = item
+            self._deliver_one(queue, self._register(queue, node, message))
             delivered += 1
         return delivered
 
@@ -347,9 +422,13 @@ class Channel(virtual.Channel):
 
     def close(self) -> None:
         transport = self.connection
+        if not self.closed:
+            self._give_back_ready()
         super().close()
         if transport is not None and transport.shared is not None:
             transport.store.acker.flush()  # this channel's acks are committed when its close returns
+            if not self.confirm_publish:
+                transport.store.flush_publishes()  # and its unconfirmed publishes
 
 
 class Transport(virtual.Transport):
@@ -381,8 +460,9 @@ class Transport(virtual.Transport):
         self._turn = itertools.count()
         self.wakeup = Wakeup()
         self._loop: Any = None
-        self._loop_fd: int | None = None
+        self._loop_signal: LoopSignal | None = None
         self._loop_timer: Any = None
+        self._prefetcher: Prefetcher | None = None
 
     def driver_version(self) -> str:
         return kazoo.version.__version__ if hasattr(kazoo, "version") else "unknown"
@@ -442,7 +522,8 @@ class Transport(virtual.Transport):
     def default_connection_params(self) -> dict[str, Any]:
         return {"port": self.default_port, "hostname": "localhost"}
 
-    def _check_session(self) -> None:
+    def check_session(self) -> None:
+        """Raise if this connection's session was lost (its unacked messages went back to their queues)."""
         shared = self.shared
         if shared is None:
             raise BrokerConnectionError("the connection is closed")
@@ -451,9 +532,20 @@ class Transport(virtual.Transport):
                                    "back to their queues")
 
     # ------------------------------------------------------------------------------------------ draining
-    def _consuming(self) -> list[tuple[Channel, str]]:
-        return [(ch, q) for ch in self.channels if ch._consumers and not ch.closed and ch.qos.can_consume()
-                for q in ch._active_queues]
+    def consuming(self) -> list[tuple[Channel, str]]:
+        """(channel, queue) of every consumer whose channel has prefetch room, starting at a rotating one (no queue
+        is always looked at first)."""
+        pairs = [(ch, q) for ch in self.channels if ch._consumers and not ch.closed and ch.qos.can_consume()
+                 for q in ch._active_queues]
+        if pairs:
+            start = next(self._turn) % len(pairs)
+            pairs = pairs[start:] + pairs[:start]
+        return pairs
+
+    @staticmethod
+    def versions(pairs: list[tuple[Channel, str]]) -> dict[str, tuple[Any, int | None]]:
+        """The cache version of each queue of ``pairs``, read BEFORE claiming (see :mod:`.wakeup`)."""
+        return {q: (queue, version_of(queue)) for q, queue in ((q, ch.store.get(q)) for ch, q in pairs)}
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         """Deliver what is ready (in bulk, up to each channel's prefetch); wait up to ``timeout`` seconds for
@@ -465,13 +557,10 @@ class Transport(virtual.Transport):
         deadline = None if timeout is None else time.monotonic() + timeout
         wakeup = self.wakeup
         while True:
-            self._check_session()
+            self.check_session()
             since = wakeup.generation
-            pairs = self._consuming()  # a channel at its prefetch limit is woken by its ack, not by its queues
-            versions = {q: (queue, version_of(queue)) for q, queue in ((q, ch.store.get(q)) for ch, q in pairs)}
-            if pairs:
-                start = next(self._turn) % len(pairs)
-                pairs = pairs[start:] + pairs[:start]  # no queue always first
+            pairs = self.consuming()  # a channel at its prefetch limit is woken by its ack, not by its queues
+            versions = self.versions(pairs)
             delivered = 0
             try:
                 for channel, queue in pairs:
@@ -482,7 +571,7 @@ class Transport(virtual.Transport):
                 # on them now would run twice.
                 if delivered:
                     return
-                self._check_session()
+                self.check_session()
                 assert self.shared is not None
                 log.info("drain_events: %r; waiting for ZooKeeper to come back", exc)
                 left = None if deadline is None else deadline - time.monotonic()
@@ -495,41 +584,52 @@ class Transport(virtual.Transport):
                 return
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                if self._loop is not None:  # the event loop looks again when a watch or an ack wakes the pipe
-                    wakeup.arm(versions, ARMED_SECONDS)
                 raise socket.timeout()
             step = MAX_WAIT if left is None else min(MAX_WAIT, left)
             wakeup.wait(since, versions, step)
 
     # ------------------------------------------------------------------------------------------ event loop
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        """Run under kombu's event loop (Celery's non-blocking worker loop): the loop reads the wake-up pipe of
-        :mod:`.wakeup` and drains then; a timer looks again every :data:`MAX_WAIT` seconds regardless."""
+        """Run under kombu's event loop (Celery's non-blocking worker loop): a thread of this connection claims
+        (:mod:`.prefetch`) and signals a pipe the loop reads; the loop then delivers what was claimed. A timer
+        makes the loop look every :data:`MAX_WAIT` seconds regardless (a lost session is raised there)."""
         self.unregister_from_event_loop(connection, loop)
         self._loop = loop
-        fd = self.wakeup.fileno()
-        self._loop_fd = fd
-        loop.add_reader(fd, self._on_wake, connection, loop)
-        self._loop_timer = loop.call_repeatedly(MAX_WAIT, self.wakeup.wake)
-        self.wakeup.wake()  # a first look: messages may be waiting already
+        signal = self._loop_signal = LoopSignal()
+        loop.add_reader(signal.fileno(), self._on_ready, connection, loop)
+        self._loop_timer = loop.call_repeatedly(MAX_WAIT, signal.signal)
+        self._prefetcher = Prefetcher(self)
 
     def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        prefetcher, self._prefetcher = self._prefetcher, None
+        if prefetcher is not None:
+            prefetcher.stop()
         timer, self._loop_timer = self._loop_timer, None
         if timer is not None:
             timer.cancel()
-        fd, self._loop_fd = self._loop_fd, None
-        if fd is not None and self._loop is not None:
-            try:
-                self._loop.remove_reader(fd)
-            except Exception:
-                log.debug("removing the wake-up reader failed", exc_info=True)
+        signal, self._loop_signal = self._loop_signal, None
+        if signal is not None:
+            if self._loop is not None:
+                try:
+                    self._loop.remove_reader(signal.fileno())
+                except Exception:
+                    log.debug("removing the loop's reader failed", exc_info=True)
+            signal.close()
+        for channel in self.channels:
+            channel._give_back_ready()  # claimed and never delivered: back to their queues now
         self._loop = None
 
-    def _on_wake(self, connection: Any, loop: Any) -> None:
-        """The wake-up pipe is readable: deliver what is ready, one bulk per loop turn, until nothing is."""
-        self.wakeup.consume_signal()
-        try:
-            self.drain_events(connection, timeout=0)
-        except socket.timeout:
-            return
-        loop.call_soon(self._on_wake, connection, loop)
+    def signal_loop(self) -> None:
+        """Tell the event loop that claimed messages are ready (or that it should look at the session)."""
+        signal = self._loop_signal
+        if signal is not None:
+            signal.signal()
+
+    def _on_ready(self, connection: Any, loop: Any) -> None:
+        """The loop's pipe is readable: deliver what the claiming thread claimed (no request to ZooKeeper here)."""
+        signal = self._loop_signal
+        if signal is not None:
+            signal.consume()
+        self.check_session()
+        for channel in list(self.channels):
+            channel.deliver_ready()

@@ -12,9 +12,9 @@ again as soon as an ack frees a prefetch slot (a channel at its prefetch limit t
 - an ack, reject or give-back on any channel of the connection (:meth:`Wakeup.wake`, called by the QoS);
 - a new consumer.
 
-Under an event loop (Celery's worker with its non-blocking loop, see ``Transport.register_with_event_loop``) a
-wake also writes one byte to a pipe the loop watches (:meth:`Wakeup.fileno`); ``drain_events(timeout=0)``, which
-the loop runs when the pipe is readable, leaves the watches armed (:meth:`Wakeup.arm`) instead of waiting.
+Under an event loop (Celery's worker with its non-blocking loop, see ``Transport.register_with_event_loop``) the
+connection's claims run on a thread of their own that waits on this condition (:mod:`.prefetch`); it tells the
+loop that messages are ready through a :class:`LoopSignal`, a pipe the loop watches.
 
 ``drain_events`` reads the generation and every queue's cache version BEFORE it claims, so a change that lands
 between its claim and its wait is never missed: the wait returns at once.
@@ -91,22 +91,23 @@ class _Watch:
         return now != version
 
 
-class Wakeup:
-    """The wake-up condition of one kombu connection (see the module docstring)."""
+class LoopSignal:
+    """A pipe an event loop watches: readable once :meth:`signal` was called, until :meth:`consume` reads it."""
 
     def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.generation = 0
-        self.closed = False
-        self._watches: dict[str, _Watch] = {}
-        self._pipe: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        self._pipe: tuple[int, int] | None = (read, write)
         self._signalled = False  # a byte is in the pipe and not read yet
 
-    def wake(self) -> None:
-        """Something changed: a waiting ``drain_events`` (or the event loop) looks again now."""
-        with self.cond:
-            self.generation += 1
-            self.cond.notify_all()
+    def fileno(self) -> int:
+        assert self._pipe is not None, "the signal is closed"
+        return self._pipe[0]
+
+    def signal(self) -> None:
+        with self._lock:
             if self._pipe is None or self._signalled:
                 return
             self._signalled = True
@@ -115,20 +116,9 @@ class Wakeup:
             except OSError:  # full (then it is readable anyway) or closed
                 pass
 
-    def fileno(self) -> int:
-        """A file descriptor that is readable once :meth:`wake` was called (made on first use)."""
-        with self.cond:
-            if self._pipe is None:
-                read, write = os.pipe()
-                os.set_blocking(read, False)
-                os.set_blocking(write, False)
-                self._pipe = (read, write)
-                self._signalled = False
-            return self._pipe[0]
-
-    def consume_signal(self) -> None:
-        """Read what :meth:`wake` wrote to the pipe (before looking, so a wake after this is not lost)."""
-        with self.cond:
+    def consume(self) -> None:
+        """Read what :meth:`signal` wrote (before looking, so a signal after this is not lost)."""
+        with self._lock:
             if self._pipe is None:
                 return
             self._signalled = False
@@ -138,21 +128,30 @@ class Wakeup:
             except (BlockingIOError, OSError):
                 pass
 
-    def arm(self, queues: dict[str, tuple[Any, int | None]], seconds: float) -> None:
-        """Watch ``queues`` (as :meth:`wait` does) for up to ``seconds`` without waiting: a change calls
-        :meth:`wake`. Queues not named are no longer watched."""
-        deadline = time.monotonic() + seconds
+    def close(self) -> None:
+        with self._lock:
+            pipe, self._pipe = self._pipe, None
+        for fd in pipe or ():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Wakeup:
+    """The wake-up condition of one kombu connection (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.generation = 0
+        self.closed = False
+        self._watches: dict[str, _Watch] = {}
+
+    def wake(self) -> None:
+        """Something changed: a waiting ``drain_events`` (or the claiming thread under an event loop) looks again
+        now."""
         with self.cond:
-            if self.closed:
-                return
-            for name, watch in self._watches.items():
-                if name not in queues:
-                    watch.request = None
-            for name, (queue, version) in queues.items():
-                watch = self._watches.get(name)
-                if watch is None:
-                    watch = self._watches[name] = _Watch(self, name)
-                watch.request = (queue, version, deadline)
+            self.generation += 1
             self.cond.notify_all()
 
     def wait(self, since: int, queues: dict[str, tuple[Any, int | None]], timeout: float) -> bool:
@@ -185,9 +184,3 @@ class Wakeup:
             self.closed = True
             self._watches.clear()
             self.cond.notify_all()
-            pipe, self._pipe = self._pipe, None
-        for fd in pipe or ():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
