@@ -1,11 +1,13 @@
 """The Structured Streaming source on a real local SparkSession and a real ZooKeeper: exactly-once restarts,
-admission control, one live query per consumer id, queue kinds (a driver SIGKILLed mid-batch:
-``test_stream_driver_kill.py``)."""
+admission control, one live query per consumer id, queue kinds, and a driver SIGKILLed mid-batch."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -161,6 +163,41 @@ def test_lock_safe_consumers_never_see_staged_items_and_keep_theirs(spark, zk_ho
         consumed.append(got.get())
     assert streamed and consumed
     assert sorted(streamed + consumed) == sorted(items)  # each exactly once, in one place or the other
+
+
+def test_driver_killed_mid_batch_then_restarted_delivers_exactly_once(zk_hosts, zk_client, tmp_path) -> None:
+    """A driver subprocess is SIGKILLed (with its JVM) while batches run; a new driver with the same checkpoint
+    and consumer id drains the rest. The Parquet output (read through its metadata log) holds every item once."""
+    from spark_session import start_driver  # type: ignore[import-not-found]
+
+    items = [f"k-{i}".encode() for i in range(800)]  # 4 batches of 200: the kill comes after 2
+    fill(zk_client, "/stream/killed", items)
+    out, chk = tmp_path / "out", tmp_path / "chk"
+
+    def driver(mode: str) -> subprocess.Popen:
+        cfg = {"hosts": zk_hosts, "path": "/stream/killed", "out": str(out), "chk": str(chk), "mode": mode,
+               "consumer": "killed", "max": 200, "warehouse": str(tmp_path / "wh")}
+        return start_driver("stream_driver.py", cfg, tmp_path / f"{mode}.log", start_new_session=True)
+
+    run = driver("run")
+    try:
+        commits = chk / "commits"
+        wait_for(lambda: commits.exists() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 2,
+                 timeout=240, interval=0.1, message=(tmp_path / "run.log").read_text()[-3000:])
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(30)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    staged = [c for c in zk_client.get_children("/stream/killed-stream/killed") if c != "owner"]
+    drain = driver("drain")
+    assert drain.wait(300) == 0, (tmp_path / "drain.log").read_text()[-3000:]
+    result = json.loads((tmp_path / "drain.log").read_text().strip().splitlines()[-1])
+    assert result["rows"] == len(items) and result["distinct_ids"] == len(items)
+    assert result["values"] == len(set(items))
+    assert zk_client.get_children("/stream/killed") == []
+    assert len([c for c in zk_client.get_children("/stream/killed-stream/killed") if c != "owner"]) <= 1
+    assert staged  # the kill left staged batches behind, which the second driver replayed or committed
 
 
 def test_large_items_stream_whole_and_corrupt_nodes_go_to_the_quarantine(spark, zk_hosts, zk_client,
