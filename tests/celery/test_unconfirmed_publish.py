@@ -1,6 +1,6 @@
 """``confirm_publish=False``: a publish returns once its message is handed to the process's put thread, which commits
 the messages in publish order, many per multi, exactly once through a lost reply and across a leader's death;
-closing the connection waits for them."""
+closing the process's last connection to the servers waits for them."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_unconfirmed_publishes_commit_in_order_and_closing_the_connection_waits_
     producer_conn = connection_factory(transport_options=UNCONFIRMED)
     started = time.monotonic()
     _publish(producer_conn, queue, list(range(400)))
-    producer_conn.release()  # the channel's close and the connection's release wait for the put thread
+    producer_conn.release()  # the process's last connection: its release waits for the put thread
     assert time.monotonic() - started < 60
     consumer_conn = connection_factory()
     assert consumer_conn.default_channel.queue_declare("unconfirmed", passive=True).message_count == 400

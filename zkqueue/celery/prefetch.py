@@ -39,23 +39,38 @@ ERROR_PAUSE = 1.0
 
 
 class Ready:
-    """One channel's messages claimed and not delivered yet: (queue, held node, decoded message), in claim order."""
+    """One channel's messages claimed and not delivered yet: (queue, held node, decoded message), in claim order.
+
+    A message popped for delivery still counts (:attr:`count`) until :meth:`delivered`: kombu adds it to the QoS's
+    held messages during the delivery, and the prefetch room the claiming thread computes meanwhile must see it in
+    one place or the other."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: deque[tuple[str, Any, dict[str, Any]]] = deque()
+        self._delivering = 0
 
     @property
     def count(self) -> int:
-        return len(self._items)
+        with self._lock:
+            return len(self._items) + self._delivering
 
     def extend(self, queue: str, claimed: list[tuple[Any, dict[str, Any]]]) -> None:
         with self._lock:
             self._items.extend((queue, node, message) for node, message in claimed)
 
     def pop(self) -> tuple[str, Any, dict[str, Any]] | None:
+        """The next message to deliver (it counts until :meth:`delivered` is called), or None."""
         with self._lock:
-            return self._items.popleft() if self._items else None
+            if not self._items:
+                return None
+            self._delivering += 1
+            return self._items.popleft()
+
+    def delivered(self) -> None:
+        """The message :meth:`pop` gave is delivered (or its delivery failed)."""
+        with self._lock:
+            self._delivering -= 1
 
     def take(self, queue: str | None = None) -> list[tuple[str, Any, dict[str, Any]]]:
         """Remove and return what is buffered (of ``queue`` only, if given)."""

@@ -393,7 +393,10 @@ class Channel(virtual.Channel):
         delivered = 0
         while not self.closed and (item := self.ready.pop()) is not None:
             queue, node, message = item
-            self._deliver_one(queue, self._register(queue, node, message))
+            try:
+                self._deliver_one(queue, self._register(queue, node, message))
+            finally:
+                self.ready.delivered()
             delivered += 1
         return delivered
 
@@ -427,8 +430,6 @@ class Channel(virtual.Channel):
         super().close()
         if transport is not None and transport.shared is not None:
             transport.store.acker.flush()  # this channel's acks are committed when its close returns
-            if not self.confirm_publish:
-                transport.store.flush_publishes()  # and its unconfirmed publishes
 
 
 class Transport(virtual.Transport):
