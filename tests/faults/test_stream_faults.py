@@ -38,7 +38,10 @@ def test_stream_source_through_a_leader_kill(ensemble, journal_dir) -> None:
                 q.put(item)
             assert q.flush_puts(60)
         cfg = {"hosts": hosts, "path": "/q", "out": str(journal_dir / "out"), "chk": str(journal_dir / "chk"),
-               "mode": "drain", "consumer": "faults", "max": 200, "warehouse": str(journal_dir / "wh")}
+               "mode": "drain", "consumer": "faults", "max": 200, "warehouse": str(journal_dir / "wh"),
+               # the driver's session must outlive the election: 4 s (the driver-kill test's, for a fast takeover)
+               # expired in a fresh-clone run where the election and the reconnect took longer on the loaded machine
+               "session": 20}
         log = journal_dir / "driver.log"
         driver = start_driver("stream_driver.py", cfg, log)
         try:

@@ -21,7 +21,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     zkqueue.spark.register(spark)
     df = (spark.readStream.format("zkqueue").option("zkHosts", cfg["hosts"]).option("consumerId", cfg["consumer"])
-          .option("maxItemsPerTrigger", cfg["max"]).option("sessionTimeout", 4).load(cfg["path"]))
+          .option("maxItemsPerTrigger", cfg["max"]).option("sessionTimeout", cfg.get("session", 4)).load(cfg["path"]))
     writer = df.writeStream.format("parquet").option("path", cfg["out"]).option("checkpointLocation", cfg["chk"])
     if cfg["mode"] == "run":
         query = writer.trigger(processingTime="0 seconds").start()
