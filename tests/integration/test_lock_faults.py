@@ -180,6 +180,10 @@ def test_lock_lost_mid_batch_releases_nothing_it_does_not_own(zk_client_factory)
             observer.delete(f"{LPATH}/{name}")
 
 
+# In make test's serial part: the outage must be shorter than the session, and on the loaded machine the restarted
+# server's JVM answered so late that the session ran out (twice in fresh-clone runs, with 20 s and with 40 s
+# sessions: kazoo waits 2/3 of the session for a reply on a connection the slow server accepted). Alone: ~3.5 s.
+@pytest.mark.timing
 def test_ack_during_short_outage_completes_after_reconnect(request) -> None:
     """The consumer finishes while the server is down (shorter than the session): the ack goes through after
     the reconnect, exactly once, and nothing counts as a lost lock."""
