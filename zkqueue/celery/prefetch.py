@@ -89,7 +89,7 @@ class Prefetcher:
     def __init__(self, transport: Any) -> None:
         self._transport = transport
         self._stop = threading.Event()
-        self.errors = 0  # claims that failed (logged), for tests and stats
+        self.errors = 0  # claims that failed for another reason than the connection (each logged)
         self._thread = threading.Thread(target=self._run, name="zkqueue-celery-prefetch", daemon=True)
         self._thread.start()
 
@@ -98,10 +98,6 @@ class Prefetcher:
         self._transport.wakeup.wake()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
 
     def _run(self) -> None:
         transport = self._transport

@@ -108,16 +108,22 @@ class QueueStore:
     def lock_path(self, name: str) -> str:
         return f"{self.root}/locks/{node_name(name)}"
 
+    def _build(self, name: str, *, background: bool) -> Any:
+        """A new (not started) engine queue of kombu queue ``name``: foreground puts, or (``background``) the put
+        thread of unconfirmed publishes, whose close waits up to :data:`PUBLISH_FLUSH_SECONDS` for them."""
+        builder = (QueueBuilder.builder(self.client, None, BytesSerializer(), self.queue_path(name))
+                   .lock_path(self.lock_path(name)).put_in_background(background)
+                   .final_flush_time(PUBLISH_FLUSH_SECONDS if background else 0.0))
+        if self._large_items:
+            builder = builder.large_items()
+        return builder.build_priority_queue(0)
+
     def get(self, name: str) -> Any:
         """The started engine queue of kombu queue ``name`` (its nodes are created if missing)."""
         with self._lock:
             queue = self._queues.get(name)
             if queue is None:
-                builder = (QueueBuilder.builder(self.client, None, BytesSerializer(), self.queue_path(name))
-                           .lock_path(self.lock_path(name)).put_in_background(False).final_flush_time(0.0))
-                if self._large_items:
-                    builder = builder.large_items()
-                queue = builder.build_priority_queue(0)
+                queue = self._build(name, background=False)
                 # The consumption order is a key per name (priority, then sequence; no due times): claims keep it
                 # from one listing to the next instead of sorting the whole listing on every claim.
                 queue.order_key = naming.priority_sort_key
@@ -147,12 +153,7 @@ class QueueStore:
             if queue is None:
                 if not self._publishers:
                     _flush_at_exit(self)
-                builder = (QueueBuilder.builder(self.client, None, BytesSerializer(), self.queue_path(name))
-                           .lock_path(self.lock_path(name)).put_in_background(True)
-                           .final_flush_time(PUBLISH_FLUSH_SECONDS))
-                if self._large_items:
-                    builder = builder.large_items()
-                queue = builder.build_priority_queue(0)
+                queue = self._build(name, background=True)
                 queue.start()
                 self._publishers[name] = queue
             return queue

@@ -44,7 +44,7 @@ from zkqueue.celery.queues import QueueStore, decode, expired
 from zkqueue.celery.routing import Bindings
 from zkqueue.celery.url import DEFAULT_PORT, DEFAULT_ROOT, ZkUrl, from_parts, parse_url
 from zkqueue.celery.wakeup import LoopSignal, Wakeup, version_of
-from zkqueue.engine.api import CONNECTION_ERRORS, Completion, wait_connected
+from zkqueue.engine.api import CONNECTION_ERRORS, Completion, release_nodes, wait_connected
 from zkqueue.errors import QueuePermissionError
 
 log = logging.getLogger("zkqueue.celery.transport")
@@ -131,13 +131,15 @@ class Channel(virtual.Channel):
             transport.wakeup.wake()
 
     def release(self, held: list[Held]) -> None:
-        by_queue: dict[str, list[Any]] = {}
         for h in held:
-            by_queue.setdefault(h.queue, []).append(h.node)
+            self.store.note_given_back(h.queue, [h.node.name])  # delivered again here: marked redelivered
+        self._release([h.node for h in held])
+
+    def _release(self, nodes: list[Any]) -> None:
+        """Give ``nodes`` (of any of the store's queues) back untouched, and wake the connection: a give-back changes
+        no listing, and the messages are there to take again."""
         try:
-            for name, nodes in by_queue.items():
-                self.store.note_given_back(name, [n.name for n in nodes])
-                self.store.get(name).release_nodes(nodes)
+            release_nodes(nodes)
         finally:
             self.connection.wakeup.wake()
 
@@ -158,12 +160,8 @@ class Channel(virtual.Channel):
         taken = self.ready.take(queue)
         if not taken:
             return
-        by_queue: dict[str, list[Any]] = {}
-        for name, node, _message in taken:
-            by_queue.setdefault(name, []).append(node)
-        try:
-            for name, nodes in by_queue.items():
-                self.store.get(name).release_nodes(nodes)
+        try:  # never delivered, so not marked redelivered when they come again
+            self._release([node for _name, node, _message in taken])
         except Exception as exc:  # their leases end with the session anyway
             log.warning("could not give back %d claimed message(s): %r", len(taken), exc)
 
