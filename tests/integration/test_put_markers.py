@@ -110,3 +110,58 @@ def test_a_put_whose_reply_is_lost_while_zookeeper_stays_away_raises_put_outcome
             client.close()
     assert put_committed(zk_client, caught.value.marker, caught.value.batch) is ("lost" in items(zk_client, "/pm/away"))
     assert items(zk_client, "/pm/away").count("before") == 1
+
+
+def test_background_puts_keep_put_order_when_batches_in_flight_lose_their_replies(zk_server, zk_chroot,
+                                                                                  zk_client) -> None:
+    """Three full batches are in flight when the connection drops, with a fourth waiting: none commits, the first
+    is sent again once connected, and the waiting one must not go out before the other two are sent again (it
+    would take the marker's next version and commit ahead of them)."""
+    import threading
+
+    from kazoo.client import KazooClient
+
+    from zkqueue.server.testing import thread_is_in, wait_for
+    from zkqueue.server.testing_proxy import TcpProxy
+
+    if "," in zk_server.connect_string:
+        pytest.skip("the proxy fronts a single server")
+    count = 4005  # three full multis in flight, a fourth waiting, and a few more
+    zk_client.ensure_path("/pm/order")
+    gate, held, going_on = threading.Event(), threading.Event(), threading.Event()
+
+    class HoldThePutThread:
+        """Holds the put thread after the first put, so that the next ones are all queued when it goes on."""
+
+        def put_completed(self, item: str) -> None:
+            if item == "first":
+                held.set()
+                gate.wait(30)
+                going_on.set()
+
+    with TcpProxy(zk_server.connect_string) as proxy:
+        client = KazooClient(hosts=proxy.connect_string + zk_chroot, timeout=10.0)
+        client.start(timeout=30)
+        try:
+            with queue(client, "/pm/order", background=True, producer_id="order") as q:
+                q.put_listeners.add(HoldThePutThread())
+                q.put("first")
+                assert held.wait(30)
+                put_thread = next(t for t in threading.enumerate() if t.name == "zkqueue-put-/pm/order")
+                proxy.stall()  # what goes out now gets no reply
+                for i in range(count):
+                    q.put(str(i))
+                gate.set()
+                assert going_on.wait(30)
+                # blocked on the first batch's reply: the two after it are sent too (the put thread sends full
+                # batches while fewer than three are in flight, then waits for the oldest)
+                wait_for(lambda: thread_is_in(put_thread, "transport/requests.py", "get"), timeout=30, interval=0.01)
+                proxy.drop()  # the three batches sent are lost with the connection
+                proxy.heal()
+                assert q.flush_puts(60)
+        finally:
+            client.stop()
+            client.close()
+    stored = [p.decode() for n in sorted(zk_client.get_children("/pm/order"))
+              for p in framing.decode_items(zk_client.get(f"/pm/order/{n}")[0])]
+    assert stored == ["first"] + [str(i) for i in range(count)]

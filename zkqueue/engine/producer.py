@@ -5,7 +5,8 @@ a put whose reply was lost learns whether it committed and is sent again only if
 
 - **Background puts** (the default, Curator's ``putInBackground``): ``put`` returns once the item is queued; the
   put thread ``zkqueue-put-<path>`` sends queued puts as multis, up to three in flight, so ZooKeeper's in-order
-  processing of one session keeps sequence numbers in put order. Failures reach the put listeners.
+  processing of one session keeps sequence numbers in put order; a batch whose reply was lost and did not commit
+  is sent again before any new one goes out. Failures reach the put listeners.
 - **Foreground puts** of unbounded queues go through :class:`~zkqueue.engine.group_commit.GroupCommit`.
 - **Bounded puts** (``max_items``): one at a time per instance, each waiting for room in the children listing
   (Curator's semantics: the timeout restarts whenever the children change).
@@ -461,10 +462,13 @@ class Producer:
                 if not inflight and (is_closing or not self._queue):
                     return
                 # Another multi goes out while some are in flight only if it is full; otherwise waiting for
-                # the oldest reply lets the next batch grow (fewer, bigger requests).
+                # the oldest reply lets the next batch grow (fewer, bigger requests). None goes out while one in
+                # flight is doomed (a lost reply settled as not committed, or a batch before it failed): that one
+                # is sent again first, or the new one would take its place in the sequence.
                 if not is_closing and self._queue and (
                     not inflight
-                    or (len(inflight) < _PUTS_PIPELINED and len(self._queue) >= MAX_OPS_PER_MULTI)
+                    or (len(inflight) < _PUTS_PIPELINED and len(self._queue) >= MAX_OPS_PER_MULTI
+                        and not any(sent.doomed for _batch, sent in inflight))
                 ):
                     self._take(self._queue, batch, lambda r: r)
             if batch:

@@ -330,6 +330,14 @@ class MarkedBatch:
                 self._lane.broken(ticket)
                 raise
 
+    @property
+    def doomed(self) -> bool:
+        """Known not to commit as sent (a batch before it in the lane failed, or a settle after a lost reply found it
+        missing): :meth:`result` sends it again. A sender that keeps put order sends nothing new before that, or
+        the new batch takes the marker's next version and commits ahead of it."""
+        ticket = self._ticket
+        return ticket is not None and self._lane.fate(ticket) is False
+
     def result(self) -> MultiResult:
         """The batch's outcome without the marker op: ok (created paths; None for each when a lost reply was
         settled as committed), or the failure of one of its own ops. Raises :class:`PutOutcomeUnknown`."""

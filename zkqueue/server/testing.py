@@ -114,7 +114,13 @@ def server_from_environment(size: int = 1, **ensemble_kwargs: Any) -> Any:
 
 
 def thread_is_waiting(thread: threading.Thread) -> bool:
-    """True while ``thread`` sleeps in a ``threading`` wait (it looked, found nothing, and waits to be woken).
+    """True while ``thread`` sleeps in a ``threading`` wait (it looked, found nothing, and waits to be woken)."""
+    return thread_is_in(thread, "threading.py", "wait")
+
+
+def thread_is_in(thread: threading.Thread, filename_suffix: str, function: str) -> bool:
+    """True while ``function`` of a file whose path ends with ``filename_suffix`` is on ``thread``'s stack (e.g.
+    ``"transport/requests.py", "get"``: blocked on a ZooKeeper reply).
 
     The collector is off while the frames are taken: on Python 3.11 a collection that starts inside
     ``sys._current_frames()`` can deadlock the process (CPython gh-106883)."""
@@ -126,7 +132,7 @@ def thread_is_waiting(thread: threading.Thread) -> bool:
         if enabled:
             gc.enable()
     while frame is not None:
-        if frame.f_code.co_name == "wait" and frame.f_code.co_filename.endswith("threading.py"):
+        if frame.f_code.co_name == function and frame.f_code.co_filename.endswith(filename_suffix):
             return True
         frame = frame.f_back
     return False
