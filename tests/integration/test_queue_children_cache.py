@@ -104,3 +104,26 @@ def test_closed_cache_wakes_waiters(zk_client) -> None:
     cache.close()
     t.join(5)
     assert not t.is_alive() and result
+
+
+def test_a_listing_is_applied_before_the_replies_that_came_after_it(zk_client_factory) -> None:
+    """A listing's reply is applied as it is read, not later on kazoo's completion thread: with that thread held,
+    the cache still follows a new child, so a request sent after the listing never sees the older snapshot."""
+    import threading
+
+    client = zk_client_factory()
+    other = zk_client_factory()
+    client.ensure_path(PATH)
+    cache = ChildrenCache(client, PATH)
+    cache.start()
+    gate = threading.Event()
+    try:
+        wait_for(lambda: cache.version >= 1)
+        client.handler.completion_queue.put(lambda: gate.wait(30))  # kazoo's completion thread is held
+        other.create(f"{PATH}/x")
+        wait_for(lambda: cache.snapshot.children == ("x",), timeout=10)
+        other.create(f"{PATH}/y")
+        wait_for(lambda: sorted(cache.snapshot.children) == ["x", "y"], timeout=10)
+    finally:
+        gate.set()
+        cache.close()

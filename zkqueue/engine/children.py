@@ -20,6 +20,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError,
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from zkqueue.listeners import Dispatcher
+from zkqueue.transport import protocol
 
 log = logging.getLogger("zkqueue.engine.children")
 
@@ -181,19 +182,15 @@ class ChildrenCache:
         self._issue()
 
     def _issue(self) -> None:
-        try:
-            result = self._client.get_children_async(self._path, watch=self._watch, include_data=True)
-        except Exception as exc:  # e.g. the client was closed under us
-            self._done(None, exc)
-            return
-        result.rawlink(self._on_result)
+        # The reply is applied on kazoo's connection thread as it is read: a claim sent after this listing then
+        # finds it applied when its own reply comes (ZooKeeper answers one session in order).
+        protocol.send_get_children(self._client, self._path, self._on_result, watch=self._watch)
 
-    def _on_result(self, result) -> None:  # runs on kazoo's completion thread: never block here
-        try:
-            children, stat = result.get_nowait()
-        except Exception as exc:
+    def _on_result(self, value: Any, exc: BaseException | None) -> None:  # kazoo's connection thread: never block
+        if exc is not None:
             self._done(None, exc)
             return
+        children, stat = value
         self._done((children, stat.czxid, stat.cversion), None)
 
     def _done(self, value: tuple[list[str], int, int] | None, exc: BaseException | None) -> None:

@@ -10,7 +10,8 @@ import path for all of it (``from zkqueue.transport import protocol``); the code
   :func:`send_multi`, :func:`send_creates`, :func:`multi_body`, :class:`MultiResult`, :class:`PendingMulti`).
 * :mod:`zkqueue.transport.reads`: multiRead, opcode 22 (:func:`multi_read`, :func:`send_multi_read`, :func:`multi_read_async`,
   :class:`MultiRead`).
-* :mod:`zkqueue.transport.requests`: direct synchronous requests (:func:`call`, :func:`create`).
+* :mod:`zkqueue.transport.requests`: direct synchronous requests (:func:`call`, :func:`create`), and a children
+  listing applied as its reply is read (:func:`send_get_children`).
 * :mod:`zkqueue.transport.pipeline`: pipelined async calls (:func:`gather`, :func:`pipeline`,
   :func:`get_many`, :func:`create_many`, :func:`delete_many`).
 
@@ -68,7 +69,7 @@ from zkqueue.transport.reads import (
     multi_read_async,
     send_multi_read,
 )
-from zkqueue.transport.requests import call, create, send_create
+from zkqueue.transport.requests import call, create, send_create, send_get_children
 
 
 def run_multi(
@@ -99,6 +100,7 @@ __all__ = [
     "call",
     "create",
     "send_create",
+    "send_get_children",
     "create_many",
     "delete_many",
     "gather",

@@ -9,18 +9,23 @@ through ``send_request`` and wait on the same slots.
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from zkqueue.transport.ops import CreateOp, to_request
+from kazoo.protocol.serialization import GetChildren2
+
+from zkqueue.transport.ops import CreateOp, _chroot, full_path, to_request
 
 #: Errors meaning "we lost the connection; the outcome of the request is unknown".
 CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 
-__all__ = ["call", "create", "send_create"]
+log = logging.getLogger("zkqueue.transport.requests")
+
+__all__ = ["CallbackReply", "call", "create", "send_create", "send_get_children", "send_request"]
 
 
 class Reply:
@@ -85,10 +90,49 @@ def enqueue(client: Any, request: Any, result: Any) -> None:
     client._call(request, result)
 
 
-def send_request(client: Any, request: Any) -> Reply:
-    """Queue ``request`` on the client (in order with its other calls); the reply arrives in the returned slot."""
-    reply = Reply()
-    enqueue(client, request, reply)
+class CallbackReply(Reply):
+    """A :class:`Reply` that also calls ``on_reply(value, exception)`` once, where it is filled: on kazoo's
+    connection thread as the reply is read (before the replies that came after it), or in the sender's thread
+    when kazoo refuses the request at once (a closed client). ``on_reply`` must be quick and must not block.
+    What it raises is logged."""
+
+    __slots__ = ("_on_reply",)
+
+    def __init__(self, on_reply: Callable[[Any, BaseException | None], None]) -> None:
+        super().__init__()
+        self._on_reply = on_reply
+
+    def set(self, value: Any = None) -> None:
+        if not self._settled:
+            super().set(value)
+            self._notify(value, None)
+
+    def set_exception(self, exception: BaseException) -> None:
+        if not self._settled:
+            super().set_exception(exception)
+            self._notify(None, exception)
+
+    def _notify(self, value: Any, exception: BaseException | None) -> None:
+        try:
+            self._on_reply(value, exception)
+        except Exception:  # never let it take kazoo's connection thread down
+            log.exception("a reply callback raised")
+
+
+def send_request(client: Any, request: Any,
+                 on_reply: Callable[[Any, BaseException | None], None] | None = None) -> Reply:
+    """Queue ``request`` on the client (in order with its other calls); the reply arrives in the returned slot.
+    With ``on_reply`` it is also handed to that callback the moment it is read (see :class:`CallbackReply`), and
+    an error queueing it goes to the callback too instead of being raised."""
+    if on_reply is None:
+        reply = Reply()
+        enqueue(client, request, reply)
+        return reply
+    reply = CallbackReply(on_reply)
+    try:
+        enqueue(client, request, reply)
+    except Exception as exc:  # kazoo's queue refused it half-way (a client closing under us)
+        reply.set_exception(exc)  # nothing more if kazoo set its own error before raising
     return reply
 
 
@@ -104,3 +148,13 @@ def send_create(client: Any, op: CreateOp) -> Reply:
     on the same session sees the node (ZooKeeper answers one session's requests in order), so parents can be
     created in the same round trip as the children put under them."""
     return send_request(client, to_request(client, op))
+
+
+def send_get_children(client: Any, path: str, on_reply: Callable[[Any, BaseException | None], None], *,
+                      watch: Callable[[Any], None] | None = None) -> Reply:
+    """List the children of ``path`` with its stat (getChildren2), leaving a child watch when ``watch`` is given,
+    as kazoo's ``get_children_async(include_data=True)`` does; ``on_reply((children, stat), None)`` or
+    ``on_reply(None, error)`` runs the moment the reply is read, on kazoo's connection thread. So a reply to a
+    request sent after the listing is never seen before the listing is applied (kazoo hands its own async
+    results to a completion thread, which may run later)."""
+    return send_request(client, GetChildren2(full_path(_chroot(client), path), watch), on_reply)
