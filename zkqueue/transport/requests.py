@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
-
 from kazoo.protocol.serialization import GetChildren2
 
 from zkqueue.transport.ops import CreateOp, _chroot, full_path, to_request
