@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 from kazoo.client import KazooClient, KazooState
+from kazoo.protocol.serialization import Connect
 from kazoo.retry import KazooRetry
 
 from zkqueue.server.embedded import (
@@ -39,7 +43,7 @@ def test_free_ports_are_distinct() -> None:
 
 
 def test_single_node_serves_kazoo(zk_server, zk_client) -> None:
-    assert zk_server.mode(0) == "standalone"
+    assert zk_server.mode(0) == "leader"  # a quorum of one (see test_a_node_starting_again_...)
     zk_client.create("/hello", b"world")
     assert zk_client.get("/hello")[0] == b"world"
     assert four_letter_word("127.0.0.1", zk_server.nodes[0].client_port, "ruok") == "imok"
@@ -155,6 +159,57 @@ def test_stop_start_keeps_data(zk_private_server) -> None:
     finally:
         client.stop()
         client.close()
+
+
+@pytest.fixture
+def slow_starting_node():
+    """A single node whose JVM interprets only (no JIT): its start takes longer, every moment of it too."""
+    with ZooKeeperEnsemble(size=1, jvm_options=["-Xint"]) as server:
+        yield server
+
+
+def test_a_node_starting_again_answers_or_closes_every_client_connection(slow_starting_node) -> None:
+    """Clients that connect while a node starts again are refused (closed) or answered, never left hanging.
+
+    A standalone 3.9 server listens before it loads its data, and the close of a connection it refuses then throws
+    (ZOOKEEPER-5051), leaving the socket open and unanswered: kazoo waits session_timeout / len(hosts) for the
+    answer, so a single-host client reconnecting at that moment lost its session (two timing tests failed in CI).
+    Probes send a ZooKeeper connect request from before the node's start until it serves; each must see the
+    connection closed or answered within 5 s."""
+    zk_private_server = slow_starting_node
+    node_port = zk_private_server.nodes[0].client_port
+    request = Connect(0, 0, 30_000, 0, b"\x00" * 16, False).serialize()
+    framed = struct.pack(">i", len(request)) + request
+    serving, hanging, attempts = threading.Event(), [], []
+
+    def probe() -> None:
+        while not serving.is_set():
+            with socket.socket() as sock:
+                sock.settimeout(5.0)
+                try:
+                    sock.connect(("127.0.0.1", node_port))
+                except OSError:
+                    continue  # refused: the node is down or not yet listening
+                attempts.append(time.monotonic())
+                try:
+                    sock.sendall(framed)
+                    sock.recv(4)  # the answer's length, or b"" once the node closes the connection
+                except socket.timeout:
+                    hanging.append(time.monotonic())
+                except OSError:
+                    pass  # reset: closed as well
+
+    zk_private_server.stop(0)
+    probes = [threading.Thread(target=probe, daemon=True) for _ in range(8)]
+    for thread in probes:
+        thread.start()
+    zk_private_server.start(0)
+    time.sleep(0.2)
+    serving.set()
+    for thread in probes:
+        thread.join(10)
+    assert attempts, "no probe reached the node"
+    assert hanging == [], f"{len(hanging)} of {len(attempts)} connections were left unanswered for 5 s"
 
 
 def test_port_clash_is_reported_with_the_log(tmp_path) -> None:

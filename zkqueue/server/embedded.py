@@ -2,7 +2,8 @@
 
 ``ZooKeeperEnsemble`` writes one ``zoo.cfg`` per node into a temporary folder, starts each node as a
 ``QuorumPeerMain`` JVM with the system ``java``, and waits until every node answers ``srvr`` with a mode
-(standalone, leader or follower): an open port is not enough, since a server listens before it can serve.
+(leader or follower): an open port is not enough, since a server listens before it can serve. A single node is a
+quorum of one, not a standalone server (see ``_write_config``).
 
 It never leaks a JVM: ``close()`` runs on context exit, at interpreter exit, and the child is asked to die with
 its parent (``PR_SET_PDEATHSIG``) when the ensemble is created from the main thread.
@@ -267,7 +268,7 @@ class ZooKeeperEnsemble:
         return match.group(1) if match else None
 
     def leader(self) -> int:
-        """Index of the current leader (the single node of a standalone ensemble)."""
+        """Index of the current leader (the single node of a one-node ensemble)."""
         for i in range(self.size):
             if self.mode(i) in ("leader", "standalone"):
                 return i
@@ -409,13 +410,17 @@ class ZooKeeperEnsemble:
             "4lw.commands.whitelist": _FOUR_LETTER_WORDS,
             "forceSync": "yes" if self.force_sync else "no",
             "reconfigEnabled": "false",
-            "standaloneEnabled": "true",
+            # One node runs as a quorum of one, not in standalone mode: a standalone 3.9 server accepts clients before
+            # it has loaded its data, and a connection it refuses then is never closed (ZOOKEEPER-5051: the close
+            # path throws on the missing database). kazoo waits session_timeout / len(hosts) for the answer, so a
+            # client that reconnects in that moment of a restart waits out its whole session, which expires. A
+            # quorum peer refuses such connections cleanly.
+            "standaloneEnabled": "false",
             "autopurge.purgeInterval": "0",
         }
-        if self.size > 1:
-            for other in self._nodes or []:
-                s = other.spec
-                cfg[f"server.{s.myid}"] = f"{self.host}:{s.peer_port}:{s.election_port}"
+        for other in self._nodes or []:
+            s = other.spec
+            cfg[f"server.{s.myid}"] = f"{self.host}:{s.peer_port}:{s.election_port}"
         cfg.update(self.extra_config)
         lines = [f"{k}={v}" for k, v in cfg.items()]
         (spec.directory / "zoo.cfg").write_text("\n".join(lines) + "\n")
