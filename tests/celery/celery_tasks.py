@@ -102,6 +102,16 @@ def die_after_a_chord_body(sender: str | None = None, headers: dict | None = Non
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
+@signals.task_success.connect(weak=False)
+def die_after_a_success(sender: Any = None, result: Any = None, **_kwargs: Any) -> None:
+    """A worker whose environment names a token in ``ZKQ_CELERY_DIE_AFTER_SUCCESS`` SIGKILLs its whole process group
+    once a task returned that token: ``task_success`` is sent after the result is stored and before the worker's
+    main process acks the message (the death between the two)."""
+    token = os.environ.get("ZKQ_CELERY_DIE_AFTER_SUCCESS")
+    if token and result == token:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
 @shared_task(acks_late=True)
 def slow_first(token: str, seconds: float = 120.0) -> int:
     """Its first run hangs (to be killed); a later run returns the number of runs at once."""

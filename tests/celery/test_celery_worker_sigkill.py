@@ -1,5 +1,6 @@
 """acks_late on zkqueue://: a Celery worker SIGKILLed in the middle of a task. Its task comes back when its
-ZooKeeper session ends (session_timeout=4 s here), runs again once on the other worker, and nothing is lost."""
+ZooKeeper session ends (session_timeout=4 s here), runs again once on the other worker, and nothing is lost. A
+worker killed after its task's result was stored does not run the task again: the ack committed with the result."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ import pytest
 from celery import Celery
 from tests.celery import celery_tasks as t
 from tests.celery.worker_procs import Worker
+from zkqueue.celery.queues import node_name
+from zkqueue.celery.url import DEFAULT_ROOT, parse_url
+from zkqueue.formats import naming
+from zkqueue.server.testing import make_client
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +90,38 @@ def test_a_worker_killed_right_after_publishing_a_chord_body_sends_it_once(modul
     finally:
         for w in (victim, survivor):
             w.stop()
+
+
+@pytest.mark.parametrize("pool", ["prefork", "solo"])
+def test_a_worker_killed_after_storing_a_result_does_not_run_its_task_again(
+        pool: str, module_app: Celery, module_url: str, runs_dir: Path, logs_dir: Path) -> None:
+    """The victim SIGKILLs itself (pool process and main process) right after its task's result was stored, before
+    the main process acks: the ack committed with the result (one multi, written by the pool process under the
+    main process's lease), so the message is gone at once and the other worker never runs the task again."""
+    token = f"stored-{pool}-{uuid.uuid4().hex}"
+    victim = Worker(module_url, runs_dir, logs_dir, f"stored-victim-{pool}", pool=pool,
+                    env={"ZKQ_CELERY_DIE_AFTER_SUCCESS": token})
+    survivor = Worker(module_url, runs_dir, logs_dir, f"stored-survivor-{pool}")
+    url = parse_url(module_url)
+    client = make_client(url.connect_string)
+    queue = f"{DEFAULT_ROOT}/queues/{node_name('celery')}"
+    locks = f"{DEFAULT_ROOT}/locks/{node_name('celery')}"
+    try:
+        victim.start().wait_ready()
+        result = t.counted.delay(token)
+        assert victim.proc is not None
+        victim.proc.wait(60)  # it killed itself once the result was stored
+        assert result.get(timeout=10) == token
+        assert len(t.runs(token)) == 1
+        assert [n for n in client.get_children(queue) if naming.is_item_name(n)] == []  # acked with its result
+        held = set(client.get_children(locks))  # the victim's session fence and block lock, until its session ends
+        survivor.start().wait_ready()
+        wait_until(lambda: not held & set(client.get_children(locks)), 30, "the victim's session to end")
+        after = f"after-{uuid.uuid4().hex}"
+        assert t.counted.delay(after).get(timeout=60) == after  # the survivor consumes (a message left would come first)
+        assert len(t.runs(token)) == 1, t.runs(token)
+    finally:
+        for w in (victim, survivor):
+            w.stop()
+        client.stop()
+        client.close()

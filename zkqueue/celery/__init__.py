@@ -19,12 +19,15 @@ Importing this package registers both::
 
 Modules: :mod:`.url` (URLs), :mod:`.client` (one kazoo client per process), :mod:`.queues` (queue layout and
 engine queues), :mod:`.routing` (exchange bindings in ZooKeeper), :mod:`.qos` (acks on leases),
-:mod:`.transport` (kombu's Channel and Transport); for results :mod:`.result_store` (result nodes, large
+:mod:`.transport` (kombu's Channel and Transport), :mod:`.late_acks` (a late ack committed with the task's
+result); for results :mod:`.result_store` (result nodes, large
 values), :mod:`.waiting` (waits on watches), :mod:`.chords` (exact chord counters), :mod:`.expiry` (the
 ``result_expires`` sweep), :mod:`.backend` (Celery's backend class). See docs/celery.md.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from zkqueue._extras import require
 
@@ -43,10 +46,20 @@ def register() -> None:
     aliases (done on import; idempotent)."""
     TRANSPORT_ALIASES[ALIAS] = TRANSPORT_PATH
     try:  # a kombu user without Celery needs no result backend
+        from celery import signals
         from celery.app.backends import BACKEND_ALIASES
     except ImportError:
         return
     BACKEND_ALIASES[ALIAS] = BACKEND_PATH
+    signals.worker_init.connect(_build_backend, weak=False, dispatch_uid="zkqueue-late-acks")
+
+
+def _build_backend(sender: Any = None, **_kwargs: Any) -> None:
+    """Celery's ``worker_init`` (the worker's main process, before it consumes): build the app's result backend now,
+    so a ``zkqueue://`` one tells the transport which tasks ack with their results (:mod:`.late_acks`)."""
+    app = getattr(sender, "app", None)
+    if app is not None and str(app.conf.result_backend or "").startswith(f"{ALIAS}://"):
+        app.backend  # noqa: B018 - built for its registration
 
 
 register()

@@ -41,13 +41,14 @@ require("celery", what="the zkqueue:// Celery result backend")
 from celery import states  # noqa: E402
 from celery.backends.base import KeyValueStoreBackend
 from celery.canvas import Signature, maybe_signature
+from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
 from celery.exceptions import ChordError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import GroupResult, allow_join_result, result_from_tuple
 from kombu.utils.encoding import bytes_to_str, ensure_bytes
 
 from zkqueue.celery import client as clients
-from zkqueue.celery import publish_with
+from zkqueue.celery import late_acks, publish_with
 from zkqueue.celery.chords import ChordCounter
 from zkqueue.celery.expiry import SweepReport, sweep
 from zkqueue.celery.result_store import ResultStore, Stored
@@ -89,6 +90,8 @@ class ZkQueueBackend(KeyValueStoreBackend):
         self._shared: clients.SharedClient | None = None
         self._store: ResultStore | None = None
         self._chords: ChordCounter | None = None
+        # A worker's transport on the same servers may let this backend commit its late acks (see .late_acks).
+        late_acks.register(self._zk_url.connect_string, app)
 
     # ------------------------------------------------------------------------------------------ connection
     @property
@@ -172,8 +175,25 @@ class ZkQueueBackend(KeyValueStoreBackend):
                     return None  # a success stays (a late write of a lost worker must not replace it)
             return data
 
-        self.store.update(self.store.task_path(bytes_to_str(task_id)), decide)
+        self.store.update(self.store.task_path(bytes_to_str(task_id)), decide,
+                          self._late_ack_ops(state, result, request))
         return result
+
+    def _late_ack_ops(self, state: str, result: Any, request: Any) -> list[Any]:
+        """The ack ops of the message of ``request`` to commit with its result (see :mod:`.late_acks`): for a task
+        that acks late, stores its result here, is no chord's part, and ended as Celery then acks it (a success,
+        or an error the task raised; not a lost pool process or a time limit, which the main process handles)."""
+        if request is None or getattr(request, "is_eager", False) or getattr(request, "chord", None):
+            return []
+        if state == states.FAILURE:
+            if isinstance(result, (WorkerLostError, TimeLimitExceeded, Terminated)):
+                return []
+        elif state != states.SUCCESS:
+            return []
+        task = self.app.tasks.get(getattr(request, "task", None) or "")
+        if task is None or not task.acks_late:
+            return []
+        return late_acks.ack_ops_of(request, self._zk_url.connect_string)
 
     def _get_task_meta_for(self, task_id: str) -> dict[str, Any]:
         stored = self.store.read(self.store.task_path(bytes_to_str(task_id)))

@@ -27,14 +27,16 @@ log = logging.getLogger("zkqueue.celery.qos")
 
 
 class Held:
-    """One delivered message: its queue, the engine's held node, and kombu's message object once appended."""
+    """One delivered message: its queue, the engine's held node, kombu's message object once appended, and whether
+    its ack ops went to the task with it (the result's write may commit the ack: :mod:`.late_acks`)."""
 
-    __slots__ = ("queue", "node", "message")
+    __slots__ = ("queue", "node", "message", "acked_with_result")
 
     def __init__(self, queue: str, node: Any) -> None:
         self.queue = queue
         self.node = node
         self.message: Any = None
+        self.acked_with_result = False
 
 
 class QoS:

@@ -88,7 +88,7 @@ class QueueStore:
         #: first: delivered again here, they are marked ``redelivered`` (another process cannot know it).
         self._given_back: dict[tuple[str, str], None] = {}
         #: The acks of every consumer of this store, committed together (see :mod:`.acks`).
-        self.acker = Acker(self.root)
+        self.acker = Acker(self.root, client)
 
     def note_given_back(self, name: str, node_names: list[str]) -> None:
         with self._lock:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,14 @@ class Stored:
 
 class ConflictError(Exception):
     """The node changed between the read a write was decided on and the write: read again and decide again."""
+
+
+class ExtraOpsFailed(Exception):
+    """An op written with a value failed (the value was not written): write it without them."""
+
+    def __init__(self, failure: BaseException | None) -> None:
+        super().__init__(repr(failure))
+        self.failure = failure
 
 
 class ResultStore:
@@ -196,9 +204,13 @@ class ResultStore:
         return Stored(value, stat.version, stat.mtime, ref_path)
 
     # ------------------------------------------------------------------------------------------ writes
-    def update(self, path: str, decide: Callable[[Stored | None], bytes | None]) -> bool:
+    def update(self, path: str, decide: Callable[[Stored | None], bytes | None],
+               extra_ops: Sequence[Any] = ()) -> bool:
         """Write ``decide(current)`` at ``path`` unless it returns None, version-checked against ``current``:
         when another writer got there first, read again and decide again. Whether something was written.
+
+        ``extra_ops`` commit in the same multi as an inline value (a task's late ack: :mod:`.late_acks`); when one
+        of them fails (or the value is large), the value is written without them.
 
         After a lost connection the write is decided again on what is then stored, so a write that did commit
         is seen (``decide`` must be ready to see its own value). The first try decides on "nothing stored" and
@@ -215,23 +227,33 @@ class ResultStore:
             if value is None:
                 return False
             try:
-                self.write(path, value, current)
+                self.write(path, value, current, extra_ops)
                 return True
             except ConflictError:
+                continue
+            except ExtraOpsFailed as exc:
+                log.info("the ops written with %s failed (%r); written without them", path, exc.failure)
+                extra_ops = ()
                 continue
             except CONNECTION_ERRORS:
                 if not self.connection.wait(self.wait):
                     raise ConnectionLostError(f"write {path}", self.wait) from None
 
-    def write(self, path: str, value: bytes, current: Stored | None) -> None:
+    def write(self, path: str, value: bytes, current: Stored | None, extra_ops: Sequence[Any] = ()) -> None:
         """Replace ``current`` (None: the node must not exist) by ``value``, in one multi with the removal of
-        ``current``'s large value if it had one; :class:`ConflictError` if the node is not ``current`` any more."""
+        ``current``'s large value if it had one and (for an inline value) ``extra_ops``; :class:`ConflictError` if
+        the node is not ``current`` any more, :class:`ExtraOpsFailed` if one of ``extra_ops`` failed."""
         old = self.large_removal_ops(current)
         if len(value) <= self.inline_max:
             node_op = (create_op(path, value, acl=self.acl) if current is None
                        else set_op(path, value, current.version))
-            result = run_multi(self.client, [node_op, *old], limit=self.limit)
+            ops = [node_op, *old]
+            first_extra = len(ops)
+            result = run_multi(self.client, [*ops, *extra_ops], limit=self.limit)
             if not result.ok:
+                failed = result.failed_index
+                if extra_ops and failed is not None and failed >= first_extra:
+                    raise ExtraOpsFailed(result.failure)
                 self._raise(result.failure, path)
             return
         directory = naming.join(self.large, uuid.uuid4().hex)

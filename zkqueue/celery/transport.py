@@ -35,7 +35,7 @@ from kombu.transport import virtual
 from kombu.utils.uuid import uuid
 
 from zkqueue.celery import client as clients
-from zkqueue.celery import publish_with
+from zkqueue.celery import late_acks, publish_with
 from zkqueue.celery.prefetch import Prefetcher, Ready
 from zkqueue.celery.publish_with import AttachedOps
 from zkqueue.errors import BrokerConnectionError, SessionLostError
@@ -122,7 +122,7 @@ class Channel(virtual.Channel):
 
     def ack_later(self, held: Held, on_done: Any) -> None:
         """Ack ``held`` in the process's next group commit of acks (:mod:`.acks`); ``on_done(node)`` once known."""
-        self.store.acker.submit(held.node, on_done)
+        self.store.acker.submit(held.node, on_done, acked_with_result=held.acked_with_result)
 
     def slot_opened(self) -> None:
         """A group of acks committed: prefetch slots opened, the drain looks again (unless the channel closed)."""
@@ -318,7 +318,14 @@ class Channel(virtual.Channel):
         props["delivery_tag"] = tag
         if self.store.was_given_back(queue, node.name):
             props.setdefault("delivery_info", {})["redelivered"] = True
-        self.connection.pending[tag] = Held(queue, node)
+        held = Held(queue, node)
+        connect = self.connection.connect_string
+        if late_acks.expected(connect, message.get("headers")):  # its result's write may ack it: give it the ops
+            described = late_acks.describe(node, connect)
+            if described is not None:
+                props[late_acks.PROPERTY] = described
+                held.acked_with_result = True
+        self.connection.pending[tag] = held
         return message
 
     def _settle_unclaimed(self, tag: str, queue: str, *, now: bool = True) -> None:
@@ -462,6 +469,8 @@ class Transport(virtual.Transport):
         self._loop_signal: LoopSignal | None = None
         self._loop_timer: Any = None
         self._prefetcher: Prefetcher | None = None
+        #: ``hosts/chroot`` of the connection (a result backend there may commit late acks: :mod:`.late_acks`).
+        self.connect_string = ""
 
     def driver_version(self) -> str:
         return kazoo.version.__version__ if hasattr(kazoo, "version") else "unknown"
@@ -478,6 +487,7 @@ class Transport(virtual.Transport):
 
     def establish_connection(self) -> Any:
         url = self.broker_url()
+        self.connect_string = url.connect_string
         options = self.client.transport_options or {}
         if self.shared is None:
             self.shared = clients.acquire(url, connect_timeout=float(self.client.connect_timeout or 10),

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from zkqueue.engine import blobs
 from zkqueue.engine.children import ChildrenCache, Snapshot
 from zkqueue.engine.commit import delete_op
 from zkqueue.engine.completion import Outcome
@@ -238,7 +239,10 @@ class Puller:
         # As the engine's own completions: an item lease is given up in the same ops (its fence child first); a
         # block lease by its lock's delete once its last member is finished (see block_tail() and forget()).
         prefix = Leases.prefix_for(lease.session_fence)
-        ops = prefix + self._taker.leases.finish_group(held, [delete_op(held.path, outcome.version), *extra_ops])
+        # A large item's blob goes with its reference, after the caller's ops (the index returned stays theirs).
+        blob = blobs.removal_ops(outcome.blob) if outcome.blob is not None else []
+        ops = prefix + self._taker.leases.finish_group(
+            held, [delete_op(held.path, outcome.version), *extra_ops, *blob])
         return ops, len(prefix) + (2 if lease.kind is LeaseKind.ITEM else 1)
 
     def block_tail(self, outcomes: list[Outcome]) -> tuple[list[Any], list[Any]]:
