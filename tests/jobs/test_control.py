@@ -91,6 +91,9 @@ def test_cancel_a_running_sync_job_ends_it_cancelled(zk_client) -> None:
         assert job.state is JobState.CANCELLED and job.result is None and seen == [True]
         assert worker.stats()["cancelled"] == 1
         assert zk_client.get_children(f"{PATH}/cancels") == []  # the request went with the end
+        # Stopped first: a worker still running would take the new job, whose handler, never cancelled, waits out
+        # its 20 s (and the close waits for it: the test took 20 s now and then on a loaded machine).
+        worker.stop()
         assert jq.add("y", job_id="run") == "run"  # and the id is free
 
 
