@@ -194,7 +194,7 @@ def test_a_node_starting_again_answers_or_closes_every_client_connection(slow_st
                 try:
                     sock.sendall(framed)
                     sock.recv(4)  # the answer's length, or b"" once the node closes the connection
-                except socket.timeout:
+                except TimeoutError:
                     hanging.append(time.monotonic())
                 except OSError:
                     pass  # reset: closed as well

@@ -38,10 +38,10 @@ from zkqueue._extras import require
 
 require("celery", what="the zkqueue:// Celery result backend")
 
-from celery import states  # noqa: E402
+from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError  # noqa: E402
+from celery import states
 from celery.backends.base import KeyValueStoreBackend
 from celery.canvas import Signature, maybe_signature
-from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
 from celery.exceptions import ChordError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import GroupResult, allow_join_result, result_from_tuple
