@@ -176,8 +176,8 @@ def test_a_node_starting_again_answers_or_closes_every_client_connection(slow_st
     answer, so a single-host client reconnecting at that moment lost its session (two timing tests failed in CI).
     Probes send a ZooKeeper connect request from before the node's start until it serves; each must see the
     connection closed or answered within 5 s."""
-    zk_private_server = slow_starting_node
-    node_port = zk_private_server.nodes[0].client_port
+    node = slow_starting_node
+    node_port = node.nodes[0].client_port
     request = Connect(0, 0, 30_000, 0, b"\x00" * 16, False).serialize()
     framed = struct.pack(">i", len(request)) + request
     serving, hanging, attempts = threading.Event(), [], []
@@ -199,11 +199,11 @@ def test_a_node_starting_again_answers_or_closes_every_client_connection(slow_st
                 except OSError:
                     pass  # reset: closed as well
 
-    zk_private_server.stop(0)
+    node.stop(0)
     probes = [threading.Thread(target=probe, daemon=True) for _ in range(8)]
     for thread in probes:
         thread.start()
-    zk_private_server.start(0)
+    node.start(0)
     time.sleep(0.2)
     serving.set()
     for thread in probes:

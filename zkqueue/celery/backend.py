@@ -185,13 +185,11 @@ class ZkQueueBackend(KeyValueStoreBackend):
         or an error the task raised; not a lost pool process or a time limit, which the main process handles)."""
         if request is None or getattr(request, "is_eager", False) or getattr(request, "chord", None):
             return []
-        if state == states.FAILURE:
-            if isinstance(result, (WorkerLostError, TimeLimitExceeded, Terminated)):
-                return []
-        elif state != states.SUCCESS:
+        if state not in (states.SUCCESS, states.FAILURE):
             return []
-        task = self.app.tasks.get(getattr(request, "task", None) or "")
-        if task is None or not task.acks_late:
+        if state == states.FAILURE and isinstance(result, (WorkerLostError, TimeLimitExceeded, Terminated)):
+            return []
+        if not late_acks.acks_with_result(self.app.tasks.get(getattr(request, "task", None) or "")):
             return []
         return late_acks.ack_ops_of(request, self._zk_url.connect_string)
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from zkqueue.engine.api import CheckOp, DeleteOp, HeldNode, check_op, delete_op
 
@@ -64,6 +65,12 @@ def expected(connect_string: str, headers: Mapping[str, Any] | None) -> bool:
     except Exception:  # noqa: BLE001 - an app not finalized yet, or broken: the ack stays the main process's
         log.debug("could not look task %r up", name, exc_info=True)
         return False
+    return acks_with_result(task)
+
+
+def acks_with_result(task: Any) -> bool:
+    """Whether Celery task ``task`` (None: unknown) acks late and stores its result, so its ack can be written with
+    the result: what the main process asks at delivery and the pool process again as it stores the result."""
     return bool(task is not None and task.acks_late and not task.ignore_result)
 
 
@@ -104,4 +111,4 @@ def ack_ops_of(request: Any, connect_string: str) -> list[Any]:
     return ops
 
 
-__all__ = ["PROPERTY", "ack_ops_of", "describe", "expected", "register"]
+__all__ = ["PROPERTY", "ack_ops_of", "acks_with_result", "describe", "expected", "register"]

@@ -122,11 +122,12 @@ class HeldNode:
 
     def ack_ops(self, extra_ops: Sequence[Any] = ()) -> tuple[list[Any], int]:
         """The ops of this node's ack with ``extra_ops``, fenced exactly as the engine commits them (the session
-        fence's check, the item lease's fence child, the node at its version, ``extra_ops``, a large item's blob, the lease's lock), and
-        the index of the first extra op: a failure before it means the lease was lost. Commit them in a multi of
-        your own, then call :meth:`forget` (or :meth:`release` if it did not commit). Under a block lease the ack
-        is the node's delete alone; the block's lock goes once its last member is forgotten. From the first call
-        until the node is ended its lease stays as it is (a block lease is not moved to item leases meanwhile)."""
+        fence's check, the item lease's fence child, the node at its version, ``extra_ops``, a large item's blob,
+        the lease's lock), and the index of the first extra op: a failure before it means the lease was lost.
+        Commit them in a multi of your own, then call :meth:`forget` (or :meth:`release` if it did not commit).
+        Under a block lease the ack is the node's delete alone; the block's lock goes once its last member is
+        forgotten. From the first call until the node is ended its lease stays as it is (a block lease is not moved
+        to item leases meanwhile)."""
         return self._puller.ack_ops(self._outcome, list(extra_ops))
 
     def forget(self) -> None:
