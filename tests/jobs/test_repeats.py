@@ -466,3 +466,34 @@ def test_the_scheduler_thread_ends_when_its_client_is_closed_under_an_open_queue
     wait_for(lambda: not [t for t in threading.enumerate() if t.name == name], timeout=20,
              message="the scheduler thread is still contending on a closed client")
     jq.close(timeout=5)
+
+
+def test_the_active_scheduler_keeps_the_lead_through_a_short_outage(zk_private_server, caplog) -> None:
+    """A suspended connection is not a lost session: the scheduler elected before a server restart is still the
+    one that leads after it (same election node, no resign-and-contend-again), and it fires again."""
+    from zkqueue.server.testing import make_client  # noqa: PLC0415
+
+    jq = JobQueue(make_client(zk_private_server.connect_string, timeout=30.0), PATH)  # outlives the outage
+    try:
+        jq.start()
+        wait_for(lambda: jq._scheduler.active, timeout=15)
+        election = jq.client.Election(f"{PATH}/scheduler")
+        before = jq.client.get_children(f"{PATH}/scheduler")
+        session = jq.client.client_id[0]
+        with caplog.at_level("WARNING", logger="zkqueue.jobs.scheduler"):
+            zk_private_server.stop(0)
+            wait_for(lambda: not jq.client.connected, timeout=15)
+            time.sleep(1.0)  # the scheduler's loop looks at its session while the connection is down
+            zk_private_server.start(0)
+            wait_for(lambda: jq.client.connected, timeout=30)
+            time.sleep(0.5)
+        assert jq.client.client_id[0] == session  # the session outlived the outage
+        assert not [r for r in caplog.records if "lost its session" in r.getMessage()]
+        assert jq._scheduler.active and jq.client.get_children(f"{PATH}/scheduler") == before
+        assert election.contenders() == [jq._scheduler.identifier]
+        jq.repeat("tick", None, every=1)
+        wait_for(lambda: len(jobs_of(jq, "tick")) >= 1, timeout=15)
+    finally:
+        jq.close()
+        jq.client.stop()
+        jq.client.close()

@@ -107,3 +107,17 @@ def test_failover_is_one_warning_and_one_reconnected_line(caplog: pytest.LogCapt
     assert [r.levelname for r in lines] == ["WARNING", "INFO"]
     assert not any(r.exc_info for r in caplog.records)
     assert "RECONNECTED" in lines[1].getMessage() and "20 more" in lines[1].getMessage()
+
+
+def test_a_session_expiry_is_a_warning_of_its_own_even_mid_episode(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("zkqueue.tests.expiry")
+    caplog.set_level(logging.DEBUG, logger="zkqueue.tests.expiry")
+    clock = iter([10.0, 13.5, 13.5, 20.0]).__next__
+    failover = Failover(logger, "queue /x", clock=clock)
+    failover.lost("connection SUSPENDED")  # t=10
+    failover.expired()  # t=13.5: 3.5 s into the episode
+    failover.reconnected()  # t=20
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert [level for level, _ in lines] == ["WARNING", "WARNING", "INFO"]
+    assert "session LOST (expired after 3.5 s without a connection)" in lines[1][1]
+    assert failover.episodes == 1 and not failover.active

@@ -78,7 +78,7 @@ class ConnectionWatch:
             self._on_state(ConnectionState.SUSPENDED)
         elif state == KazooState.LOST:
             self.connected.clear()
-            self.failover.lost("session LOST (expired); a new session follows")
+            self.failover.expired()
             self._on_state(ConnectionState.LOST)
 
     def wait(self, timeout: float) -> bool:

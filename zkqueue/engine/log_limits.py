@@ -9,7 +9,7 @@ Two small tools, used at the engine's and the job layer's logging call sites:
   saying how many repeats were not shown. :meth:`RepeatLimiter.repeats` gives the counts.
 - :class:`Failover`: one connection episode of a client. The first connection error (or SUSPENDED/LOST) logs one
   WARNING line without traceback; later errors of the same episode are counted; RECONNECTED ends the episode with
-  one INFO line.
+  one INFO line. A session's expiry always logs a WARNING line of its own.
 """
 
 from __future__ import annotations
@@ -135,6 +135,19 @@ class Failover:
         else:
             self._log.debug("%s: %s (same connection episode)", self._name, what)
         return first
+
+    def expired(self) -> None:
+        """The session expired: every lease and ephemeral node of it is gone. Always one WARNING line, even in
+        the middle of an episode whose first sign (SUSPENDED) was logged already: an expiry is not a failover
+        ridden out, and what was held under the session runs again elsewhere."""
+        with self._lock:
+            since = self._since
+            if since is None:
+                self._since = self._clock()
+                self.episodes += 1
+        cut = f" after {self._clock() - since:.1f} s without a connection" if since is not None else ""
+        self._log.warning("%s: session LOST (expired%s): what it held is given up, a new session follows",
+                          self._name, cut)
 
     def error(self, exc: BaseException, doing: str) -> bool:
         """A connection error raised while ``doing`` something: see :meth:`lost`. False (nothing logged, nothing

@@ -150,8 +150,9 @@ class Scheduler:
         self.active = True
         self._since_ms = now_ms()
 
-        def lost() -> bool:
-            return self._session() != session
+        def lost() -> bool:  # a new session; not a suspended connection, whose client_id reads None meanwhile
+            current = self._session()
+            return current is not None and current != session
 
         try:
             while not self._stop.is_set() and not lost():
