@@ -26,6 +26,7 @@ def test_an_attempt_given_back_before_it_began_is_not_run_by_the_thread_driver()
     refused = _attempt(lambda job: ran.append("refused"), settled, refuse=True)
     run(refused)
     assert ran == [] and refused.how == GIVEN_BACK
+    assert not refused.began  # given back before its handler was called: the worker takes its counted attempt back
     early = _attempt(lambda job: ran.append("early"), settled)
     early.settle(GIVEN_BACK)  # settled before its driver got to it
     run(early)

@@ -80,6 +80,7 @@ class DriverRunner:
         self._interrupted = interrupted
         self._lock = threading.Lock()
         self._attempts: set[Attempt] = set()
+        self._counted: set[Attempt] = set()  # the attempts _begun counted as running
         self._running = 0
         self._closed = False
         #: The most runs that were going at once.
@@ -108,8 +109,9 @@ class DriverRunner:
                 self._attempts.discard(attempt)
             raise
 
-    def _begun(self, _attempt: Attempt) -> None:
+    def _begun(self, attempt: Attempt) -> None:
         with self._lock:
+            self._counted.add(attempt)  # counted as running from here, whether or not it begins after all
             self._running += 1
             self.peak = max(self.peak, self._running)
 
@@ -117,7 +119,8 @@ class DriverRunner:
         task: JobTask = attempt.job
         with self._lock:
             self._attempts.discard(attempt)
-            if attempt.began:
+            if attempt in self._counted:
+                self._counted.discard(attempt)
                 self._running -= 1
         ok: bool | None = None
         if attempt.error is None:

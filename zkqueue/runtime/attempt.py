@@ -55,7 +55,8 @@ class Attempt:
         self.result: Any = None
         self.error: BaseException | None = None
         self.driver_state: Any = None  # the driver's own handle (a future, a slot)
-        #: Set by :meth:`begin`: an attempt given back before that never ran.
+        #: Set by :meth:`begin` once the handler is about to be called (``on_begin`` approved and nothing settled it):
+        #: an attempt given back while this is False never ran, and its counted attempt is taken back.
         self.began = False
         #: What its handler shares with the worker (cancel requests, progress): a
         #: :class:`~zkqueue.jobs.running.RunningJob`, or None for work that takes neither.
@@ -68,11 +69,14 @@ class Attempt:
         the attempt was settled before it began (a cold stop gave it back: it never ran)."""
         if self.settled:
             return False
-        self.began = True
         self.started = time.monotonic()
         if self.on_begin is not None and self.on_begin(self) is False:
             return False
-        return not self.settled
+        with self._lock:  # a settle (a cold stop giving it back) comes wholly before this or after the handler began
+            if self.how is not None:
+                return False
+            self.began = True
+        return True
 
     @property
     def settled(self) -> bool:
