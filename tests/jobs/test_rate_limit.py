@@ -220,6 +220,19 @@ def test_four_worker_processes_share_the_limit(zk_client, zk_hosts) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ errors
+def test_tokens_a_claim_did_not_use_are_counted_and_so_are_those_that_expired(zk_client) -> None:
+    limiter = RateLimiter(zk_client, "/jobs/r-unused/rate", RateLimit(100, 10.0))  # tokens live 0.25 s
+    closing = threading.Event()
+    assert limiter.admit(5, closing) == 5
+    limiter.unused(3)  # a claim race lost: kept for the next claims of this process
+    assert limiter.admit(2, closing) == 2  # served from the pool, no write
+    assert limiter.stats()["rate_slices"] == 1
+    time.sleep(0.3)  # past the tokens' lifetime
+    assert limiter.admit(1, closing) == 1  # a new slice: the one token left in the pool had expired
+    stats = limiter.stats()
+    assert (stats["rate_slices"], stats["rate_tokens_unused"], stats["rate_tokens_expired"]) == (2, 3, 1)
+
+
 def test_zookeeper_errors_while_taking_a_slice_are_retried_with_pauses_until_it_works_or_closes(zk_client) -> None:
     path = "/jobs/r/rate"
     zk_client.ensure_path("/jobs/r")

@@ -122,7 +122,7 @@ class RateLimiter:
         # leave the log with time), so waits until then need no read (a consumer waits in slices; see admit).
         self._free_at_ms = 0
         self._counts = {"rate_slices": 0, "rate_waits": 0, "rate_waited_ms": 0, "rate_races": 0,
-                        "rate_errors": 0}
+                        "rate_errors": 0, "rate_tokens_unused": 0, "rate_tokens_expired": 0}
 
     # ------------------------------------------------------------------------------------------ the seam
     def admit(self, count: int, closing: threading.Event, timeout: float | None = None) -> int:
@@ -171,13 +171,16 @@ class RateLimiter:
         if count <= 0 or expiry <= _now_ms():
             return
         with self._lock:
+            self._counts["rate_tokens_unused"] += count
             self._pool.append([expiry, count])
             self._pool.sort()
 
     def stats(self) -> dict[str, int]:
         """``rate_slices`` (slices taken: writes to the rate node), ``rate_waits`` and ``rate_waited_ms`` (waits at
-        the limit, each of at most about a second on a consumer's loop, and their total length), ``rate_races`` (version races lost at the rate node) and
-        ``rate_errors`` (ZooKeeper errors while taking a slice)."""
+        the limit, each of at most about a second on a consumer's loop, and their total length), ``rate_races`` (version races lost at the rate node),
+        ``rate_errors`` (ZooKeeper errors while taking a slice), ``rate_tokens_unused`` (tokens a claim was admitted
+        for and did not use: claim races lost to other workers; kept for this process's next claims) and
+        ``rate_tokens_expired`` (of those, the ones no claim used before they expired: budget wasted)."""
         with self._lock:
             return dict(self._counts)
 
@@ -190,7 +193,10 @@ class RateLimiter:
         """Up to ``count`` unexpired tokens of the pool (the earliest to expire first); 0 if none."""
         now = _now_ms()
         with self._lock:
-            self._pool = [entry for entry in self._pool if entry[0] > now]
+            expired = sum(entry[1] for entry in self._pool if entry[0] <= now)
+            if expired:
+                self._counts["rate_tokens_expired"] += expired
+                self._pool = [entry for entry in self._pool if entry[0] > now]
             got = 0
             expiry = 0
             while self._pool and got < count:
