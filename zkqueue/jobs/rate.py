@@ -120,8 +120,9 @@ class RateLimiter:
         self._taking = threading.Lock()  # one slice request at a time from this process
         self._pool: list[list[int]] = []  # [expiry ms, tokens], earliest expiry first
         self._local = threading.local()  # the expiry of the tokens this thread was admitted last
-        # When the rate node last said budget frees (wall-clock ms): no budget can free before then (grants only
-        # leave the log with time), so waits until then need no read (a consumer waits in slices; see admit).
+        # When the rate node last said budget frees (wall-clock ms): grants leave the log with time, so waits until
+        # then need no read (a consumer waits in slices; see admit). Budget another process takes out of the log
+        # (its expired tokens) may free earlier: this process sees it at its next read, not at once.
         self._free_at_ms = 0
         self._returns: dict[int, int] = {}  # bucket ms -> tokens that expired unused, for the next write to take out
         self._counts = {"rate_slices": 0, "rate_waits": 0, "rate_waited_ms": 0, "rate_races": 0,
@@ -331,15 +332,15 @@ class RateLimiter:
                 else:
                     grants.append((bucket, jobs))
             if jobs > 0 or returned:
+                # Only a lost race keeps the returns for the next try. Any other error (a lost reply, a stop while
+                # waiting for it) may come after the write was applied: they are let go, never taken out twice
+                # (their budget stays spent: the safe side).
                 try:
                     self._answer(client.set_async(self.path, _encode(grants), version=stat.version), stopped)
                 except BadVersionError:
                     self._keep_returns(returns)
                     self._count("rate_races")
                     continue
-                except BaseException:
-                    self._keep_returns(returns)
-                    raise
                 if returned:
                     self._count("rate_tokens_returned", returned)
             if jobs <= 0:
@@ -373,10 +374,13 @@ def _without(grants: list[tuple[int, int]], returns: dict[int, int]) -> tuple[li
     many were taken out."""
     if not returns:
         return grants, 0
+    left = dict(returns)  # a bucket may have several pairs (clocks apart): each token comes out of one of them
     kept, returned = [], 0
     for at, jobs in grants:
-        back = min(jobs, returns.get(at, 0))
-        returned += back
+        back = min(jobs, left.get(at, 0))
+        if back:
+            left[at] -= back
+            returned += back
         if jobs > back:
             kept.append((at, jobs - back))
     return kept, returned
