@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 import kombu
@@ -47,6 +48,10 @@ def test_prefetch_bounds_held_messages(connection: kombu.Connection) -> None:
             with consumer:
                 conn.drain_events(timeout=5)
                 assert len(got) == 3  # one drain delivers in bulk, up to the prefetch
+                began = time.monotonic()
+                for _ in range(2):  # and answers the next two calls at once: one message per call, as counted
+                    conn.drain_events(timeout=5)
+                assert len(got) == 3 and time.monotonic() - began < 2.0
                 with pytest.raises(socket.timeout):
                     conn.drain_events(timeout=0.5)  # nothing more until an ack
                 assert channel.qos.held_count == 3
@@ -57,6 +62,23 @@ def test_prefetch_bounds_held_messages(connection: kombu.Connection) -> None:
                 for m in got[1:]:
                     m.ack()
             assert channel.queue_declare("pf", passive=True).message_count == 6
+
+
+def test_a_new_consumer_waits_for_its_own_messages_after_a_bulk_delivery(connection: kombu.Connection) -> None:
+    """The calls a bulk delivery answers ahead end with its consumer: a reply consumer made afterwards (kombu's
+    pidbox makes one per ``inspect``, and counts one message per call) still gets its reply."""
+    first, second = kombu.Queue("bulk", routing_key="bulk"), kombu.Queue("after", routing_key="after")
+    got: list[Any] = []
+    with connection as conn:
+        _publish(conn, first, [1, 2, 3])
+        with conn.channel() as channel:
+            with kombu.Consumer(channel, [first], callbacks=[lambda body, msg: (got.append(body), msg.ack())]):
+                conn.drain_events(timeout=5)
+            assert got == [1, 2, 3]
+            _publish(conn, second, ["reply"])
+            with kombu.Consumer(channel, [second], callbacks=[lambda body, msg: (got.append(body), msg.ack())]):
+                conn.drain_events(timeout=5)
+            assert got == [1, 2, 3, "reply"]
 
 
 def test_priorities_lower_number_first(connection: kombu.Connection) -> None:

@@ -145,6 +145,7 @@ class Channel(virtual.Channel):
 
     def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str, **kwargs: Any) -> Any:
         tag = super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+        self.connection.answered_ahead = 0  # its first drain waits for its own messages
         self.connection.wakeup.wake()  # a drain waiting in another thread takes this queue into account
         return tag
 
@@ -465,6 +466,9 @@ class Transport(virtual.Transport):
         self._epoch = 0
         self._turn = itertools.count()
         self.wakeup = Wakeup()
+        #: Calls of ``drain_events`` still answered by messages the last delivering call handed out in bulk (see
+        #: :meth:`drain_events`); a new consumer starts the count afresh.
+        self.answered_ahead = 0
         self._loop: Any = None
         self._loop_signal: LoopSignal | None = None
         self._loop_timer: Any = None
@@ -560,9 +564,17 @@ class Transport(virtual.Transport):
         """Deliver what is ready (in bulk, up to each channel's prefetch); wait up to ``timeout`` seconds for
         something to arrive; ``socket.timeout`` if nothing did.
 
+        A call that delivered ``k`` messages answers the next ``k - 1`` calls at once, delivering nothing (until a
+        new consumer comes): callers that count one message per call, as kombu's ``pidbox`` does for the replies
+        of ``celery inspect -d a,b``, see their ``k`` messages in ``k`` calls and wait for nothing more, as with a
+        broker that delivers one message per call; callers that take everything one call brought are unaffected.
+
         The wait wakes on a change of ANY queue it can take from and on an ack or give-back (a prefetch slot
         opening): see :mod:`.wakeup`. It looks again at least every :data:`MAX_WAIT` seconds (the session; a
         message another process gave back, which changes no listing)."""
+        if self.answered_ahead > 0:
+            self.answered_ahead -= 1
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
         wakeup = self.wakeup
         while True:
@@ -579,6 +591,7 @@ class Transport(virtual.Transport):
                 # than let kombu reconnect: its reconnect gives every unacked message back, and the tasks running
                 # on them now would run twice.
                 if delivered:
+                    self.answered_ahead = delivered - 1
                     return
                 self.check_session()
                 assert self.shared is not None
@@ -590,6 +603,7 @@ class Transport(virtual.Transport):
                     raise socket.timeout() from exc
                 continue  # (a lost session shows at the top: SessionLostError)
             if delivered:
+                self.answered_ahead = delivered - 1
                 return
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
