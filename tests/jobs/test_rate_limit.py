@@ -6,7 +6,6 @@ ends the wait) and every consumption path (workers, take, claim, flows) keeps to
 from __future__ import annotations
 
 import bisect
-import json
 import signal
 import subprocess
 import sys
@@ -213,7 +212,10 @@ def test_four_worker_processes_share_the_limit(zk_client, zk_hosts) -> None:
     starts = [r["t"] for r in results]
     assert len(starts) == jobs and len({r["pid"] for r in results}) >= 2  # completed once each, shared out
     assert most_in_window(starts) <= max_jobs * TOLERANCE, most_in_window(starts)
-    assert rate_of(starts) >= 0.9 * max_jobs, rate_of(starts)
+    # Budget admitted to a process that then loses the claim race, and not used by its next claims within the
+    # tokens' 40 ms, is wasted (rate_tokens_expired): about 95% of the limit when idle, down to about 77% seen on a
+    # loaded machine (docs/guides/rate-limits.md). The bound catches a limiter that starves, not that waste.
+    assert rate_of(starts) >= 0.75 * max_jobs, rate_of(starts)
     assert writes <= jobs / 2.5, writes  # one write per slice (of up to max_jobs // 8 = 6 jobs), not one per job
     print(f"4 processes: {jobs} jobs, {writes} writes to the rate node ({writes / jobs:.3f} per job), "
           f"{rate_of(starts):.1f} jobs/s, at most {most_in_window(starts)} in a second;",
@@ -232,37 +234,10 @@ def test_tokens_a_claim_did_not_use_are_counted_and_so_are_those_that_expired(zk
     assert limiter.admit(1, closing) == 1  # a new slice: the one token left in the pool had expired
     stats = limiter.stats()
     assert (stats["rate_slices"], stats["rate_tokens_unused"], stats["rate_tokens_expired"]) == (2, 3, 1)
-    # the expired token left the log in the new slice's write: 5 granted, 1 taken out, 1 granted
-    assert stats["rate_tokens_returned"] == 1 and granted(zk_client) == 5
     time.sleep(0.3)
-    limiter.unused(1)  # given back after its lifetime (a slow claim): wasted here, taken out by the next write
+    limiter.unused(1)  # reported after its lifetime (a slow claim): wasted at once
     stats = limiter.stats()
-    assert (stats["rate_tokens_unused"], stats["rate_tokens_expired"], stats["rate_tokens_returned"]) == (4, 2, 1)
-    assert granted(zk_client) == 5 and limiter.admit(1, closing) == 1
-    assert limiter.stats()["rate_tokens_returned"] == 2 and limiter.stats()["rate_slices"] == 3
-    assert granted(zk_client) == 5  # 5 - 1 + 1
-
-
-def test_a_worker_at_the_limit_takes_its_expired_tokens_out_of_the_log_and_uses_them(zk_client) -> None:
-    """Budget a lost race held is not lost: the whole budget granted, part of it unused and expired, the worker
-    gets that part again at once instead of waiting for the window to pass."""
-    limiter = RateLimiter(zk_client, "/jobs/r-full/rate", RateLimit(8, 10.0))  # slices of 1, tokens live 0.25 s
-    closing = threading.Event()
-    assert [limiter.admit(1, closing) for _ in range(8)] == [1] * 8
-    assert limiter.admit(1, closing, timeout=0.0) == 0  # at the limit, for 10 s
-    limiter.unused(1)  # the last admitted token was not claimed...
-    time.sleep(0.3)  # ...and expired
-    began = time.monotonic()
-    assert limiter.admit(1, closing, timeout=5.0) == 1
-    assert time.monotonic() - began < 2.0
-    stats = limiter.stats()
-    assert (stats["rate_tokens_expired"], stats["rate_tokens_returned"], stats["rate_slices"]) == (1, 1, 9)
-
-
-def granted(client) -> int:
-    """Tokens in the log of /jobs/r-unused/rate."""
-    data, _stat = client.get("/jobs/r-unused/rate")
-    return sum(n for _t, n in json.loads(data)["grants"])
+    assert (stats["rate_tokens_unused"], stats["rate_tokens_expired"]) == (4, 2)
 
 
 def test_zookeeper_errors_while_taking_a_slice_are_retried_with_pauses_until_it_works_or_closes(zk_client) -> None:

@@ -145,13 +145,14 @@ class Channel(virtual.Channel):
 
     def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str, **kwargs: Any) -> Any:
         tag = super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
-        self.connection.answered_ahead = 0  # its first drain waits for its own messages
+        self.connection.consumers_changed()  # its first drain waits for its own messages
         self.connection.wakeup.wake()  # a drain waiting in another thread takes this queue into account
         return tag
 
     def basic_cancel(self, consumer_tag: str) -> Any:
         queue = self._tag_to_queue.get(consumer_tag)
         result = super().basic_cancel(consumer_tag)
+        self.connection.consumers_changed()
         if queue is not None and queue not in self._active_queues:
             self._give_back_ready(queue)  # claimed for that consumer, not delivered: back to the queue now
         return result
@@ -467,8 +468,9 @@ class Transport(virtual.Transport):
         self._turn = itertools.count()
         self.wakeup = Wakeup()
         #: Calls of ``drain_events`` still answered by messages the last delivering call handed out in bulk (see
-        #: :meth:`drain_events`); a new consumer starts the count afresh.
+        #: :meth:`drain_events`); a consumer added or cancelled starts the count afresh (:meth:`consumers_changed`).
         self.answered_ahead = 0
+        self._consumers_generation = 0
         self._loop: Any = None
         self._loop_signal: LoopSignal | None = None
         self._loop_timer: Any = None
@@ -512,7 +514,14 @@ class Transport(virtual.Transport):
         except NoAuthError as exc:
             raise QueuePermissionError(f"ZooKeeper refused {url.as_uri()}: check the ACL of {root}") from exc
 
+    def consumers_changed(self) -> None:
+        """A consumer was added or cancelled: the calls answered ahead by an earlier bulk delivery end here (also
+        when it happens in a callback of the delivering call)."""
+        self._consumers_generation += 1
+        self.answered_ahead = 0
+
     def close_connection(self, connection: Any) -> None:
+        self.answered_ahead = 0
         try:
             super().close_connection(connection)
         finally:
@@ -565,18 +574,21 @@ class Transport(virtual.Transport):
         something to arrive; ``socket.timeout`` if nothing did.
 
         A call that delivered ``k`` messages answers the next ``k - 1`` calls at once, delivering nothing (until a
-        new consumer comes): callers that count one message per call, as kombu's ``pidbox`` does for the replies
-        of ``celery inspect -d a,b``, see their ``k`` messages in ``k`` calls and wait for nothing more, as with a
-        broker that delivers one message per call; callers that take everything one call brought are unaffected.
+        consumer is added or cancelled): callers that count one message per call, as kombu's ``pidbox`` does for
+        the replies of ``celery inspect -d a,b``, see their ``k`` messages in ``k`` calls and wait for nothing
+        more, as with a broker that delivers one message per call; callers that take everything one call brought
+        are unaffected. A reply of an earlier ticket counts as one too, as on such a broker.
 
         The wait wakes on a change of ANY queue it can take from and on an ack or give-back (a prefetch slot
         opening): see :mod:`.wakeup`. It looks again at least every :data:`MAX_WAIT` seconds (the session; a
         message another process gave back, which changes no listing)."""
         if self.answered_ahead > 0:
+            self.check_session()  # a lost session shows as soon as without answering ahead
             self.answered_ahead -= 1
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         wakeup = self.wakeup
+        generation = self._consumers_generation
         while True:
             self.check_session()
             since = wakeup.generation
@@ -591,7 +603,7 @@ class Transport(virtual.Transport):
                 # than let kombu reconnect: its reconnect gives every unacked message back, and the tasks running
                 # on them now would run twice.
                 if delivered:
-                    self.answered_ahead = delivered - 1
+                    self._answer_ahead(delivered, generation)
                     return
                 self.check_session()
                 assert self.shared is not None
@@ -603,7 +615,7 @@ class Transport(virtual.Transport):
                     raise socket.timeout() from exc
                 continue  # (a lost session shows at the top: SessionLostError)
             if delivered:
-                self.answered_ahead = delivered - 1
+                self._answer_ahead(delivered, generation)
                 return
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -612,6 +624,10 @@ class Transport(virtual.Transport):
             wakeup.wait(since, versions, step)
 
     # ------------------------------------------------------------------------------------------ event loop
+    def _answer_ahead(self, delivered: int, generation: int) -> None:
+        if generation == self._consumers_generation:  # else a callback changed the consumers: nothing ahead
+            self.answered_ahead = delivered - 1
+
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         """Run under kombu's event loop (Celery's non-blocking worker loop): a thread of this connection claims
         (:mod:`.prefetch`) and signals a pipe the loop reads; the loop then delivers what was claimed. A timer

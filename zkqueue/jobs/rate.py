@@ -11,9 +11,7 @@ jq = JobQueue(client, "/jobs/mail", rate_limit=RateLimit(max_jobs=100, per=1.0))
 small). A worker that wants to claim ``n`` due jobs takes a *slice* of ``min(n, what is free, max(1, max_jobs //
 8))`` jobs with ONE version-checked ``setData`` of that node (a lost race reads it again and retries): about one
 write per slice, not per job. What a worker took and did not use (a claim race lost, fewer jobs due) stays in a
-pool of that process for :data:`TOKEN_LIFETIME` of the slice, used by its next claims without another write; what
-expires there unused is taken out of the log by the process's next slice request (in its write), so the budget a
-lost race held is not lost.
+pool of that process for :data:`TOKEN_LIFETIME` of the slice, used by its next claims without another write.
 
 **Why a log and not a counter per window.** A counter per aligned window lets ``max_jobs`` start at the end of
 one window and ``max_jobs`` more at the start of the next: twice the limit within ``per`` seconds. A grant here
@@ -120,14 +118,11 @@ class RateLimiter:
         self._taking = threading.Lock()  # one slice request at a time from this process
         self._pool: list[list[int]] = []  # [expiry ms, tokens], earliest expiry first
         self._local = threading.local()  # the expiry of the tokens this thread was admitted last
-        # When the rate node last said budget frees (wall-clock ms): grants leave the log with time, so waits until
-        # then need no read (a consumer waits in slices; see admit). Budget another process takes out of the log
-        # (its expired tokens) may free earlier: this process sees it at its next read, not at once.
+        # When the rate node last said budget frees (wall-clock ms): no budget can free before then (grants only
+        # leave the log with time), so waits until then need no read (a consumer waits in slices; see admit).
         self._free_at_ms = 0
-        self._returns: dict[int, int] = {}  # bucket ms -> tokens that expired unused, for the next write to take out
         self._counts = {"rate_slices": 0, "rate_waits": 0, "rate_waited_ms": 0, "rate_races": 0,
-                        "rate_errors": 0, "rate_tokens_unused": 0, "rate_tokens_expired": 0,
-                        "rate_tokens_returned": 0}
+                        "rate_errors": 0, "rate_tokens_unused": 0, "rate_tokens_expired": 0}
 
     # ------------------------------------------------------------------------------------------ the seam
     def admit(self, count: int, closing: threading.Event, timeout: float | None = None) -> int:
@@ -142,7 +137,7 @@ class RateLimiter:
             if got:
                 return got
             free_at = self._free_at_ms
-            if free_at > _now_ms() and not self._returns:  # at the limit until then: wait without asking ZooKeeper
+            if free_at > _now_ms():  # known to be at the limit until then: wait without asking ZooKeeper
                 if not self._wait(free_at, closing, deadline):
                     return 0
                 continue
@@ -177,22 +172,18 @@ class RateLimiter:
             return
         with self._lock:
             self._counts["rate_tokens_unused"] += count
-            late = expiry <= _now_ms()  # the claim took longer than the tokens live: they cannot be used here
-            if late:
+            if expiry <= _now_ms():  # the claim took longer than its tokens live: wasted already
                 self._counts["rate_tokens_expired"] += count
-            else:
-                self._pool.append([expiry, count])
-                self._pool.sort()
-        if late:
-            self._give_back([(expiry, count)])
+                return
+            self._pool.append([expiry, count])
+            self._pool.sort()
 
     def stats(self) -> dict[str, int]:
         """``rate_slices`` (slices taken: writes to the rate node), ``rate_waits`` and ``rate_waited_ms`` (waits at
         the limit, each of at most about a second on a consumer's loop, and their total length), ``rate_races`` (version races lost at the rate node),
         ``rate_errors`` (ZooKeeper errors while taking a slice), ``rate_tokens_unused`` (tokens a claim was admitted
         for and did not use: claim races lost to other workers; kept for this process's next claims) and
-        ``rate_tokens_expired`` (of those, the ones no claim used before they expired) and ``rate_tokens_returned``
-        (of those, the ones taken out of the rate node's log again, free for every worker: the rest was wasted)."""
+        ``rate_tokens_expired`` (of those, the ones no claim used before they expired: budget wasted)."""
         with self._lock:
             return dict(self._counts)
 
@@ -205,9 +196,9 @@ class RateLimiter:
         """Up to ``count`` unexpired tokens of the pool (the earliest to expire first); 0 if none."""
         now = _now_ms()
         with self._lock:
-            expired = [(entry[0], entry[1]) for entry in self._pool if entry[0] <= now]
+            expired = sum(entry[1] for entry in self._pool if entry[0] <= now)
             if expired:
-                self._counts["rate_tokens_expired"] += sum(n for _e, n in expired)
+                self._counts["rate_tokens_expired"] += expired
                 self._pool = [entry for entry in self._pool if entry[0] > now]
             got = 0
             expiry = 0
@@ -221,32 +212,7 @@ class RateLimiter:
                     self._pool.pop(0)
         if got:
             self._local.expiry_ms = expiry
-        if expired:
-            self._give_back(expired)
         return got
-
-    def _give_back(self, wasted: list[tuple[int, int]]) -> None:
-        """Tokens that expired unused (``(expiry ms, tokens)`` each; their grant's bucket follows from the expiry)
-        are taken out of the log by this process's next slice request, in the write it makes anyway, so the budget
-        they held is not lost. No claim used them, so the limit holds: a claim's tokens are used within their
-        lifetime of their grant, whichever of the grants they came from stays in the log."""
-        with self._lock:
-            for expiry, tokens in wasted:
-                granted = expiry - self._lifetime_ms
-                bucket = granted - granted % self._bucket_ms
-                self._returns[bucket] = self._returns.get(bucket, 0) + tokens
-
-    def _take_returns(self) -> dict[int, int]:
-        with self._lock:
-            returns, self._returns = self._returns, {}
-        return returns
-
-    def _keep_returns(self, returns: dict[int, int]) -> None:
-        """Returns that were not written (a lost race, an error): for the next try."""
-        if returns:
-            with self._lock:
-                for bucket, tokens in returns.items():
-                    self._returns[bucket] = self._returns.get(bucket, 0) + tokens
 
     def _wait(self, free_at_ms: int, closing: threading.Event, deadline: float | None) -> bool:
         """Sleep until budget frees (wall clock ``free_at_ms``); False if closing or the deadline came first."""
@@ -321,31 +287,21 @@ class RateLimiter:
                 continue
             now = _now_ms()
             grants = [g for g in _decode(data, self.path) if g[0] > now - self._horizon_ms]
-            returns = self._take_returns()
-            grants, returned = _without(grants, returns)
             free = self.limit.max_jobs - sum(n for _t, n in grants)
-            jobs = min(free, count, self.limit.slice_cap)
-            if jobs > 0:
-                bucket = now - now % self._bucket_ms
-                if grants and grants[-1][0] == bucket:
-                    grants[-1] = (bucket, grants[-1][1] + jobs)
-                else:
-                    grants.append((bucket, jobs))
-            if jobs > 0 or returned:
-                # Only a lost race keeps the returns for the next try. Any other error (a lost reply, a stop while
-                # waiting for it) may come after the write was applied: they are let go, never taken out twice
-                # (their budget stays spent: the safe side).
-                try:
-                    self._answer(client.set_async(self.path, _encode(grants), version=stat.version), stopped)
-                except BadVersionError:
-                    self._keep_returns(returns)
-                    self._count("rate_races")
-                    continue
-                if returned:
-                    self._count("rate_tokens_returned", returned)
-            if jobs <= 0:
+            if free <= 0:
                 oldest = min(t for t, _n in grants)
                 return _Granted(0, free_at_ms=oldest + self._horizon_ms)
+            jobs = min(free, count, self.limit.slice_cap)
+            bucket = now - now % self._bucket_ms
+            if grants and grants[-1][0] == bucket:
+                grants[-1] = (bucket, grants[-1][1] + jobs)
+            else:
+                grants.append((bucket, jobs))
+            try:
+                self._answer(client.set_async(self.path, _encode(grants), version=stat.version), stopped)
+            except BadVersionError:
+                self._count("rate_races")
+                continue
             self._count("rate_slices")
             return _Granted(jobs, at_ms=now)
         return None
@@ -367,23 +323,6 @@ def limiter_for(client: Any, root: str, limit: RateLimit | None, acl: Sequence[A
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _without(grants: list[tuple[int, int]], returns: dict[int, int]) -> tuple[list[tuple[int, int]], int]:
-    """``grants`` less the tokens of ``returns`` (by bucket; those whose grants left the log are dropped), and how
-    many were taken out."""
-    if not returns:
-        return grants, 0
-    left = dict(returns)  # a bucket may have several pairs (clocks apart): each token comes out of one of them
-    kept, returned = [], 0
-    for at, jobs in grants:
-        back = min(jobs, left.get(at, 0))
-        if back:
-            left[at] -= back
-            returned += back
-        if jobs > back:
-            kept.append((at, jobs - back))
-    return kept, returned
 
 
 def _encode(grants: Sequence[tuple[int, int]]) -> bytes:
