@@ -521,7 +521,7 @@ class Transport(virtual.Transport):
         self.answered_ahead = 0
 
     def close_connection(self, connection: Any) -> None:
-        self.answered_ahead = 0
+        self.consumers_changed()
         try:
             super().close_connection(connection)
         finally:
@@ -569,6 +569,10 @@ class Transport(virtual.Transport):
         """The cache version of each queue of ``pairs``, read BEFORE claiming (see :mod:`.wakeup`)."""
         return {q: (queue, version_of(queue)) for q, queue in ((q, ch.store.get(q)) for ch, q in pairs)}
 
+    def _answer_ahead(self, delivered: int, generation: int) -> None:
+        if generation == self._consumers_generation:  # else a callback changed the consumers: nothing ahead
+            self.answered_ahead = delivered - 1
+
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         """Deliver what is ready (in bulk, up to each channel's prefetch); wait up to ``timeout`` seconds for
         something to arrive; ``socket.timeout`` if nothing did.
@@ -583,7 +587,7 @@ class Transport(virtual.Transport):
         opening): see :mod:`.wakeup`. It looks again at least every :data:`MAX_WAIT` seconds (the session; a
         message another process gave back, which changes no listing)."""
         if self.answered_ahead > 0:
-            self.check_session()  # a lost session shows as soon as without answering ahead
+            self.check_session()  # a lost session shows at once, as in a call that delivers
             self.answered_ahead -= 1
             return
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -624,10 +628,6 @@ class Transport(virtual.Transport):
             wakeup.wait(since, versions, step)
 
     # ------------------------------------------------------------------------------------------ event loop
-    def _answer_ahead(self, delivered: int, generation: int) -> None:
-        if generation == self._consumers_generation:  # else a callback changed the consumers: nothing ahead
-            self.answered_ahead = delivered - 1
-
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         """Run under kombu's event loop (Celery's non-blocking worker loop): a thread of this connection claims
         (:mod:`.prefetch`) and signals a pipe the loop reads; the loop then delivers what was claimed. A timer

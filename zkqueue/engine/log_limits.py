@@ -123,11 +123,8 @@ class Failover:
         """A sign of a lost connection (``what`` says which, in plain words). Logs the episode's one WARNING line
         if this is its first sign; later signs are counted (and logged at DEBUG). True if it logged."""
         with self._lock:
-            first = self._since is None
-            if first:
-                self._since = self._clock()
-                self.episodes += 1
-            else:
+            first = self._open_episode() is None
+            if not first:
                 self._errors += 1
         if first:
             self._log.warning("%s: %s; waiting for ZooKeeper (the ensemble may be electing a leader), work resumes "
@@ -136,15 +133,20 @@ class Failover:
             self._log.debug("%s: %s (same connection episode)", self._name, what)
         return first
 
+    def _open_episode(self) -> float | None:
+        """Under the lock: start an episode unless one is open; the start of the one that was open (None: none)."""
+        since = self._since
+        if since is None:
+            self._since = self._clock()
+            self.episodes += 1
+        return since
+
     def expired(self) -> None:
         """The session expired: every lease and ephemeral node of it is gone. Always one WARNING line, even in
         the middle of an episode whose first sign (SUSPENDED) was logged already: an expiry is not a failover
         ridden out, and what was held under the session runs again elsewhere."""
         with self._lock:
-            since = self._since
-            if since is None:
-                self._since = self._clock()
-                self.episodes += 1
+            since = self._open_episode()
         cut = f" after {self._clock() - since:.1f} s without a connection" if since is not None else ""
         self._log.warning("%s: session LOST (expired%s): what it held is given up, a new session follows",
                           self._name, cut)

@@ -80,8 +80,7 @@ class DriverRunner:
         self._interrupted = interrupted
         self._lock = threading.Lock()
         self._attempts: set[Attempt] = set()
-        self._counted: set[Attempt] = set()  # the attempts _begun counted as running
-        self._running = 0
+        self._counted: set[Attempt] = set()  # the attempts running: _begun saw them, _settled not yet
         self._closed = False
         #: The most runs that were going at once.
         self.peak = 0
@@ -112,16 +111,13 @@ class DriverRunner:
     def _begun(self, attempt: Attempt) -> None:
         with self._lock:
             self._counted.add(attempt)  # counted as running from here, whether or not it begins after all
-            self._running += 1
-            self.peak = max(self.peak, self._running)
+            self.peak = max(self.peak, len(self._counted))
 
     def _settled(self, attempt: Attempt) -> None:
         task: JobTask = attempt.job
         with self._lock:
             self._attempts.discard(attempt)
-            if attempt in self._counted:
-                self._counted.discard(attempt)
-                self._running -= 1
+            self._counted.discard(attempt)
         ok: bool | None = None
         if attempt.error is None:
             ok = bool(attempt.result)
@@ -137,7 +133,7 @@ class DriverRunner:
     def running(self) -> int:
         """Runs going now (a job waiting for its retry included)."""
         with self._lock:
-            return self._running
+            return len(self._counted)
 
     def _left(self) -> list[Attempt]:
         with self._lock:
