@@ -1,7 +1,8 @@
 """A rate-limited job queue through a leader kill: 3 worker processes on the 3-node ensemble under 40 jobs/s.
 
 Every job ends exactly once (completed with the right result), none lost; a handler runs twice only after a lost
-session; and no window of one second holds more than the limit (plus 10% for handler starts lagging their claims),
+session; and no window of one second holds more than the limit (plus 10% for handler threads starting a moment
+after their job's admission and count),
 through the kill and the workers' retries of the rate node (zkqueue.jobs.rate).
 """
 

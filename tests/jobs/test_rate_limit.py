@@ -133,6 +133,31 @@ def test_takes_and_claims_keep_to_the_limit(zk_client) -> None:
         assert jq.stats()["rate_slices"] == len(starts)
 
 
+def test_jobs_held_ahead_spend_budget_when_they_start_not_when_claimed(zk_client) -> None:
+    """RateLimit(2 per second), two slots, two jobs held ahead. j0 and j1 run 1.5 s; the worker claims j2 and j3
+    ahead while they run. Had they spent budget at their claim (at about 1.05 s, when budget frees), they would
+    start at 1.5 s, when the slots free, and j4 and j5 (budget again at about 2.1 s) 0.6 s later: four starts in
+    one second. Spent at the start, j4 and j5 wait until a second after j2 and j3 started."""
+    limit = RateLimit(2, 1.0)
+    starts: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def handler(job):
+        with lock:
+            starts[job.id] = time.time()
+        time.sleep(job.params)
+
+    with JobQueue(zk_client, PATH, rate_limit=limit) as jq:
+        assert jq.add_all([("j0", 1.5), ("j1", 1.5)] + [(f"j{i}", 0.0) for i in range(2, 6)]) == []
+        with jq.work(handler, concurrency=2, prefetch=2):
+            wait_for(lambda: jq.counts()["completed"] == 6, timeout=30)
+        stats = jq.stats()
+    times = sorted(starts.values())
+    assert len(times) == 6
+    assert most_in_window(times) <= limit.max_jobs, [round(t - times[0], 2) for t in times]
+    assert stats["rate_waits"] >= 1, stats
+
+
 def test_a_close_ends_a_wait_at_the_limit(zk_client) -> None:
     limit = RateLimit(2, per=120.0)  # the next budget is two minutes away
     ran: list[str] = []
@@ -146,7 +171,8 @@ def test_a_close_ends_a_wait_at_the_limit(zk_client) -> None:
         worker.stop()  # the worker waits for the next budget: the stop ends the wait
         took = time.monotonic() - began
         assert took < 10.0, took
-        assert len(ran) == 2 and jq.counts()["queued"] == 3 and jq.stats()["rate_waits"] >= 2
+        # It waited at the limit (a worker holds its jobs until the budget frees), without spinning.
+        assert len(ran) == 2 and jq.counts()["queued"] == 3 and 1 <= jq.stats()["rate_waits"] <= 3, jq.stats()
 
 
 # ------------------------------------------------------------------------------------------------ flows
@@ -212,10 +238,10 @@ def test_four_worker_processes_share_the_limit(zk_client, zk_hosts) -> None:
     starts = [r["t"] for r in results]
     assert len(starts) == jobs and len({r["pid"] for r in results}) >= 2  # completed once each, shared out
     assert most_in_window(starts) <= max_jobs * TOLERANCE, most_in_window(starts)
-    # Budget admitted to a process that then loses the claim race, and not used by its next claims within the
-    # tokens' 40 ms, is wasted (rate_tokens_expired): about 95% of the limit when idle, down to about 77% seen on a
-    # loaded machine (docs/guides/rate-limits.md). The bound catches a limiter that starves, not that waste.
-    assert rate_of(starts) >= 0.75 * max_jobs, rate_of(starts)
+    # Workers spend budget as jobs start, so a claim race lost to another process wastes none: 46-48 jobs/s of 50
+    # measured, idle or beside a busy loop (with budget spent at claim it was 38-47 on a loaded machine). The
+    # ceiling is about 95% (docs/guides/rate-limits.md); the bound leaves room for a slower machine.
+    assert rate_of(starts) >= 0.85 * max_jobs, rate_of(starts)
     assert writes <= jobs / 2.5, writes  # one write per slice (of up to max_jobs // 8 = 6 jobs), not one per job
     print(f"4 processes: {jobs} jobs, {writes} writes to the rate node ({writes / jobs:.3f} per job), "
           f"{rate_of(starts):.1f} jobs/s, at most {most_in_window(starts)} in a second;",

@@ -86,12 +86,41 @@ class JobClaims(ClaimHook):
             self._local.uncounted = False
 
     def admit(self, count: int, closing: threading.Event, timeout: float | None = None) -> int:
-        """The rate limit's admission (all of ``count`` without one): see :class:`~zkqueue.jobs.rate.RateLimiter`."""
-        return count if self.rate is None else self.rate.admit(count, closing, timeout)
+        """The rate limit's admission (all of ``count`` without one): see :class:`~zkqueue.jobs.rate.RateLimiter`.
+        Claims ahead (:meth:`uncounted`) are not admitted here: their jobs are admitted as they start
+        (:meth:`admit_starts`), so a job held ahead of a free slot spends no budget while it waits."""
+        if self.rate is None or getattr(self._local, "uncounted", False):
+            return count
+        return self.rate.admit(count, closing, timeout)
 
     def unused(self, count: int) -> None:
+        if self.rate is not None and not getattr(self._local, "uncounted", False):
+            self.rate.unused(count)
+
+    def admit_starts(self, count: int, closing: threading.Event) -> int:
+        """How many of ``count`` jobs claimed ahead may start now (0..count; all without a rate limit), without
+        waiting for budget: the rest wait, held, until :meth:`rate_free_in` has passed. It waits for the rate
+        node's answer as long as it takes (one request at a time: a request given up and sent again would keep
+        kazoo from noticing a server that stopped answering), until ``closing`` is set. Report the admitted jobs
+        that did not start to :meth:`unused_starts` from the same thread."""
+        if self.rate is None or count <= 0:
+            return count
+        # A slice at a time (one write), whatever the few starts now need: the rest serve the next starts of this
+        # process while the tokens live.
+        got = self.rate.admit(max(count, self.rate.limit.slice_cap), closing, None, wait=False)
+        if got > count:
+            self.rate.keep(got - count)
+            got = count
+        return got
+
+    def unused_starts(self, count: int) -> None:
+        """``count`` jobs the last :meth:`admit_starts` of this thread admitted did not start (given back)."""
         if self.rate is not None:
             self.rate.unused(count)
+
+    def rate_free_in(self) -> float:
+        """Seconds until the rate limit's budget may free (0: now, or no rate limit)."""
+        return self.rate.free_in() if self.rate is not None else 0.0
 
     def rate_stats(self) -> dict[str, int]:
         """The rate limiter's counters (none without a rate limit)."""

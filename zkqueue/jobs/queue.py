@@ -145,7 +145,8 @@ class JobQueue:
 
     @property
     def rate_limit(self) -> RateLimit | None:
-        """The queue's ``rate_limit`` (its jobs are admitted as they are claimed), or None."""
+        """The queue's ``rate_limit`` (its jobs are admitted as they are claimed, or, claimed ahead by a worker, as
+        they start), or None."""
         return self._claims.rate.limit if self._claims.rate is not None else None
 
     @property
@@ -349,6 +350,23 @@ class JobQueue:
         :meth:`start_many` when they start, or give them back with :meth:`give_back`."""
         self._check_started()
         return claim_held(self._engine, self._claims, timeout, max_jobs, block_leases=block_leases, count=count)
+
+    def admit_starts(self, count: int, stopping: threading.Event) -> int:
+        """With a ``rate_limit``: how many of ``count`` jobs claimed ahead (``count=False``) may start now (0..count;
+        all of them without one). It does not wait for budget, only for the rate node's answer (through an outage
+        too, until ``stopping`` is set: then 0). A worker starts that many with :meth:`start_many`, reports the
+        admitted ones that did not start to :meth:`unused_starts`, and holds the rest until :meth:`rate_free_in`
+        has passed. So the limit counts a worker's jobs as they start, however long they were held ahead."""
+        return self._claims.admit_starts(count, stopping)
+
+    def unused_starts(self, count: int) -> None:
+        """Admitted jobs (the last :meth:`admit_starts` of this thread) that did not start: their budget is kept for
+        this process's next admissions while it lasts."""
+        self._claims.unused_starts(count)
+
+    def rate_free_in(self) -> float:
+        """Seconds until the ``rate_limit``'s budget may free (0: now, or no rate limit)."""
+        return self._claims.rate_free_in()
 
     def start_many(self, helds: Sequence[HeldJob]) -> list[HeldJob]:
         """Count the attempt of each held job claimed with ``count=False`` as it starts (fenced by its lease, one

@@ -8,10 +8,16 @@ jq = JobQueue(client, "/jobs/mail", rate_limit=RateLimit(max_jobs=100, per=1.0))
 
 **How.** The budget lives in one node, ``<job queue>/rate``: a log of the slices of budget granted lately, as
 ``[bucket start ms, jobs]`` pairs (grants of one bucket of ``per / 100`` seconds share a pair, so the node stays
-small). A worker that wants to claim ``n`` due jobs takes a *slice* of ``min(n, what is free, max(1, max_jobs //
-8))`` jobs with ONE version-checked ``setData`` of that node (a lost race reads it again and retries): about one
-write per slice, not per job. What a worker took and did not use (a claim race lost, fewer jobs due) stays in a
-pool of that process for :data:`TOKEN_LIFETIME` of the slice, used by its next claims without another write.
+small). A worker that wants to start ``n`` jobs it holds (or a pull that wants to claim ``n`` due jobs) takes a
+*slice* of up to ``max(1, max_jobs // 8)`` jobs (a worker asks a whole slice, a pull no more than ``n``; neither
+more than is free) with ONE version-checked ``setData`` of that node (a lost race reads it again and retries): about one write per slice, not
+per job. What a process took and did not use (fewer jobs ready, a pull's claim race lost) stays in a pool of that
+process for :data:`TOKEN_LIFETIME` of the slice, used by its next admissions without another write.
+
+**When budget is spent.** A worker (:mod:`zkqueue.runtime`) claims jobs ahead of its free slots without budget and
+spends it as a job starts (:meth:`JobQueue.admit_starts <zkqueue.jobs.JobQueue.admit_starts>`), in the moment its
+attempt is counted: a job held ahead may wait for a slot for any time, and spent at its claim, its budget's window
+would be long gone when it started. A pull (``claim``, ``take``, consumers) spends it as it claims.
 
 **Why a log and not a counter per window.** A counter per aligned window lets ``max_jobs`` start at the end of
 one window and ``max_jobs`` more at the start of the next: twice the limit within ``per`` seconds. A grant here
@@ -125,10 +131,11 @@ class RateLimiter:
                         "rate_errors": 0, "rate_tokens_unused": 0, "rate_tokens_expired": 0}
 
     # ------------------------------------------------------------------------------------------ the seam
-    def admit(self, count: int, closing: threading.Event, timeout: float | None = None) -> int:
-        """How many of ``count`` due jobs may be claimed now (1..count), waiting at the limit until budget frees;
-        0 once ``closing`` is set or ``timeout`` seconds passed first. Report the admitted jobs that were not
-        claimed to :meth:`unused` from the same thread."""
+    def admit(self, count: int, closing: threading.Event, timeout: float | None = None, *, wait: bool = True) -> int:
+        """How many of ``count`` due jobs may be claimed (or started) now (1..count), waiting at the limit until
+        budget frees; 0 once ``closing`` is set or ``timeout`` seconds passed first. ``wait=False``: 0 at once at
+        the limit (:meth:`free_in` says for how long), though a slice request still waits up to ``timeout`` for
+        its answer. Report the admitted jobs that were not used to :meth:`unused` from the same thread."""
         if count <= 0:
             return 0
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
@@ -138,6 +145,8 @@ class RateLimiter:
                 return got
             free_at = self._free_at_ms
             if free_at > _now_ms():  # known to be at the limit until then: wait without asking ZooKeeper
+                if not wait:
+                    return self._refused(free_at)
                 if not self._wait(free_at, closing, deadline):
                     return 0
                 continue
@@ -160,6 +169,8 @@ class RateLimiter:
                 self._local.expiry_ms = granted.at_ms + self._lifetime_ms  # from the time in the log, not the reply
                 return granted.jobs
             self._free_at_ms = max(self._free_at_ms, granted.free_at_ms)
+            if not wait:
+                return self._refused(granted.free_at_ms)
             if not self._wait(granted.free_at_ms, closing, deadline):
                 return 0
         return 0
@@ -167,20 +178,34 @@ class RateLimiter:
     def unused(self, count: int) -> None:
         """Give back ``count`` tokens the last :meth:`admit` of this thread handed out and no job used: later
         claims of this process use them, until they expire (no write)."""
+        if count > 0:
+            self._keep(count, unused=True)
+
+    def keep(self, count: int) -> None:
+        """Keep ``count`` tokens of the last :meth:`admit` of this thread, asked for beyond its need (a slice for a
+        few starts), for this process's next admissions until they expire (no write)."""
+        if count > 0:
+            self._keep(count, unused=False)
+
+    def _keep(self, count: int, *, unused: bool) -> None:
         expiry = getattr(self._local, "expiry_ms", 0)
-        if count <= 0:
-            return
         with self._lock:
-            self._counts["rate_tokens_unused"] += count
+            if unused:
+                self._counts["rate_tokens_unused"] += count
             if expiry <= _now_ms():  # the claim took longer than its tokens live: wasted already
                 self._counts["rate_tokens_expired"] += count
                 return
             self._pool.append([expiry, count])
             self._pool.sort()
 
+    def free_in(self) -> float:
+        """Seconds until budget may free, as the rate node last said (0 when it may be free now)."""
+        return max(0.0, (self._free_at_ms - _now_ms()) / 1000.0)
+
     def stats(self) -> dict[str, int]:
         """``rate_slices`` (slices taken: writes to the rate node), ``rate_waits`` and ``rate_waited_ms`` (waits at
-        the limit, each of at most about a second on a consumer's loop, and their total length), ``rate_races`` (version races lost at the rate node),
+        the limit, each of at most about a second on a consumer's loop, and their total length; a worker's starts
+        held for budget count the time the rate node set), ``rate_races`` (version races lost at the rate node),
         ``rate_errors`` (ZooKeeper errors while taking a slice), ``rate_tokens_unused`` (tokens a claim was admitted
         for and did not use: claim races lost to other workers; kept for this process's next claims) and
         ``rate_tokens_expired`` (of those, the ones no claim used before they expired: budget wasted)."""
@@ -213,6 +238,14 @@ class RateLimiter:
         if got:
             self._local.expiry_ms = expiry
         return got
+
+    def _refused(self, free_at_ms: int) -> int:
+        """An admission without waiting met the limit: counted as a wait of the time until budget frees (the caller
+        holds its jobs that long, see :meth:`free_in`); 0."""
+        with self._lock:
+            self._counts["rate_waits"] += 1
+            self._counts["rate_waited_ms"] += max(0, free_at_ms - _now_ms())
+        return 0
 
     def _wait(self, free_at_ms: int, closing: threading.Event, deadline: float | None) -> bool:
         """Sleep until budget frees (wall clock ``free_at_ms``); False if closing or the deadline came first."""

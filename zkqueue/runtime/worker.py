@@ -47,6 +47,9 @@ log = logging.getLogger("zkqueue.runtime.worker")
 
 #: Seconds one claim waits for a due job before the claimer looks at stop() again.
 CLAIM_WAIT = 0.5
+#: Least seconds a rate-limited queue's jobs wait before their start is asked again, when its budget is spent and
+#: the rate node gave no time (e.g. it failed to answer): no hot loop.
+RATE_RETRY_PAUSE = 0.05
 #: Jobs held ahead of free slots by default: ``max(concurrency, MIN_PREFETCH)``. A claim costs a few round trips
 #: whatever its size, so a worker of few slots and short jobs claims more than its slots at a time; held jobs have
 #: no attempt counted, so a worker that dies costs them nothing.
@@ -169,6 +172,8 @@ class Worker:
         self._ready: deque[tuple[JobQueue, HeldJob]] = deque()  # held ahead, not started
         self._running: set[Attempt] = set()
         self._starting = 0  # jobs the dispatcher is starting now
+        # Rate-limited queues at their limit (by id): no job of theirs starts before this monotonic time.
+        self._rate_wait: dict[int, float] = {}
         self._ends: list[tuple[HeldJob, Any]] = []  # decided, to commit
         # Give-backs of a stop (cold: attempt counted; unstarted: uncounted) wait until the claimers have ended, so
         # a claim still waiting for jobs cannot take them again in the moment before the stop joins it.
@@ -325,9 +330,9 @@ class Worker:
         worth = max(1, (self.concurrency + ahead) // 2)
         rate = queue.rate_limit
         if rate is not None:
-            # A rate limit admits jobs as they are claimed: claimed far ahead, they would start in a later window;
-            # claimed a slot at a time, each claim would write a slice of budget for one job. So such a queue is
-            # claimed one slice (or one round of slots) ahead, a slice at a time while jobs are still held.
+            # A rate limit admits a worker's jobs as they start (see _admit_starts), a slice of budget per write:
+            # such a queue is claimed one slice (or one round of slots) ahead, a slice at a time while jobs are
+            # still held, so that a process does not hold many more jobs than it may start soon.
             ahead = min(self.prefetch, max(self.concurrency, rate.slice_cap))
             worth = min(rate.slice_cap, self.concurrency + ahead)
         while not self._stopping.is_set():
@@ -390,11 +395,22 @@ class Worker:
                     if self.max_jobs is not None:
                         free = min(free, self.max_jobs - self._started_jobs)
                     ahead = self.start_ahead if free > 0 else 0
+                    now = time.monotonic()
+                    waiting = {q for q, until in self._rate_wait.items() if until > now}
+                    skipped: list[tuple[JobQueue, HeldJob]] = []  # of queues waiting for budget: they stay held
                     while self._ready and free > 0:
-                        batch.append(self._ready.popleft())
+                        entry = self._ready.popleft()
+                        if id(entry[0]) in waiting:
+                            skipped.append(entry)
+                            continue
+                        batch.append(entry)
                         free -= 1
+                    self._ready.extendleft(reversed(skipped))
                     launch = len(batch)
-                    while self._ready and ahead > 0 and not self._ready[0][1].counted:
+                    # Attempts are counted ahead of free slots, but not for a rate-limited queue: its budget is
+                    # spent as jobs start, so a job must not wait between its admission and its start.
+                    while (self._ready and ahead > 0 and not self._ready[0][1].counted
+                           and not getattr(self._ready[0][0], "rate_limited", False)):
                         batch.append(self._ready.popleft())
                         ahead -= 1
                     self._starting = len(batch)
@@ -402,6 +418,8 @@ class Worker:
                     return  # stopping, and nothing left to time
                 if not expired and not batch:
                     wait = self._deadlines[0][0] - time.monotonic() if self._deadlines else 0.5
+                    if self._ready and self._rate_wait:  # jobs wait for budget: look again once it may be free
+                        wait = min(wait, min(self._rate_wait.values()) - time.monotonic())
                     self._cond.wait(max(0.0, min(wait, 0.5)))
                     continue
             for attempt in expired:
@@ -453,8 +471,11 @@ class Worker:
             by_queue.setdefault(id(queue), (queue, []))[1].append(held)
         runnable: list[tuple[JobQueue, HeldJob]] = []
         for queue, helds in by_queue.values():
-            started = queue.start_many(helds)
-            launched.update(id(h) for h in helds)  # started, or given back by start_many
+            admitted = self._admit_starts(queue, helds, launched)
+            started = queue.start_many(admitted) if admitted else []
+            launched.update(id(h) for h in admitted)  # started, or given back by start_many
+            if len(admitted) > len(started) and getattr(queue, "rate_limited", False):
+                queue.unused_starts(len(admitted) - len(started))
             runnable.extend((queue, h) for h in started)
         if launch is not None and len(runnable) > launch:
             order = {id(h): i for i, (_q, h) in enumerate(batch)}
@@ -477,6 +498,27 @@ class Worker:
                     self.counts["returned"] += 1
                     self._ends.append((held, queue.outcomes.unstarted(held.claimed)))
                     self._cond.notify_all()
+
+    def _admit_starts(self, queue: JobQueue, helds: list[HeldJob], launched: set[int]) -> list[HeldJob]:
+        """The jobs of ``helds`` a rate-limited ``queue`` admits now (all of them for another queue, and the ones
+        counted already); the others go back, first in line, held until its budget may free (their ids go into
+        ``launched``: handed on)."""
+        if not getattr(queue, "rate_limited", False):
+            return helds
+        todo = [h for h in helds if not h.counted]
+        admitted = queue.admit_starts(len(todo), self._stopping) if todo else 0
+        if admitted >= len(todo):
+            self._rate_wait.pop(id(queue), None)
+            return helds
+        later = todo[admitted:]
+        keep = {id(h) for h in later}
+        pause = max(queue.rate_free_in(), RATE_RETRY_PAUSE)
+        with self._cond:
+            self._rate_wait[id(queue)] = time.monotonic() + pause
+            self._ready.extendleft((queue, h) for h in reversed(later))
+            self._cond.notify_all()
+        launched.update(keep)
+        return [h for h in helds if id(h) not in keep]
 
     def _launch(self, queue: JobQueue, held: HeldJob) -> None:
         try:
