@@ -19,7 +19,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
 from zkqueue.errors import ConfigurationError
 from zkqueue.flows import Flow
-from zkqueue.jobs import JobQueue, RateLimit, RetryPolicy
+from zkqueue.jobs import JobQueue, JobState, RateLimit, RetryPolicy
 from zkqueue.jobs.rate import RateLimiter, rate_node
 from zkqueue.server.testing import make_client, wait_for
 
@@ -156,6 +156,43 @@ def test_jobs_held_ahead_spend_budget_when_they_start_not_when_claimed(zk_client
     assert len(times) == 6
     assert most_in_window(times) <= limit.max_jobs, [round(t - times[0], 2) for t in times]
     assert stats["rate_waits"] >= 1, stats
+
+
+def test_a_queue_past_its_wait_for_budget_while_every_slot_is_busy_does_not_spin_the_dispatcher(zk_client) -> None:
+    """One worker over two queues: 'rated' (RateLimit(1 per second)) and 'busy'. a0 runs, a1 waits for budget
+    (about a second), b0 and b1 take both slots and hold them. Once a1's wait has passed, a1 waits for a slot:
+    the dispatcher sleeps until something changes, it does not spin (its thread's CPU time says)."""
+    from zkqueue.runtime import Route, ThreadDriver, Worker  # noqa: PLC0415
+
+    release = threading.Event()
+
+    def call(job):
+        if job.params == "slow":
+            release.wait(30)
+        return job.params
+
+    with JobQueue(zk_client, PATH + "-a", rate_limit=RateLimit(1, 1.0)) as rated, \
+            JobQueue(zk_client, PATH + "-b") as busy:
+        assert rated.add_all([("a0", "quick"), ("a1", "quick")]) == []
+        driver = ThreadDriver("spin-test")
+        route = Route(driver, call)
+        worker = Worker([rated, busy], lambda _queue, _job: route, [driver], concurrency=2, name="spin-test").start()
+        try:
+            wait_for(lambda: rated.counts()["completed"] == 1)
+            assert busy.add_all([("b0", "slow"), ("b1", "slow")]) == []
+            wait_for(lambda: sorted(worker.running_ids()) == ["b0", "b1"])
+            dispatcher = next(t for t in threading.enumerate() if t.name == "spin-test-dispatch")
+            clock = time.pthread_getcpuclockid(dispatcher.ident)
+            before = time.clock_gettime(clock)
+            time.sleep(2.0)  # a1's wait for budget passes meanwhile
+            spent = time.clock_gettime(clock) - before
+            assert spent < 0.3, f"the dispatcher used {spent:.2f} s of CPU in 2 s"
+            assert rated.get("a1").state is JobState.QUEUED  # held, waiting for a slot
+            release.set()
+            wait_for(lambda: rated.counts()["completed"] == 2 and busy.counts()["completed"] == 2)
+        finally:
+            release.set()
+            assert worker.stop(timeout=10) is True
 
 
 def test_a_close_ends_a_wait_at_the_limit(zk_client) -> None:

@@ -43,6 +43,10 @@ class Claimed:
 OnExhausted = Callable[[Record, int], "Completion | None"]
 
 
+#: Seconds an admission of starts retries ZooKeeper errors before it gives up for now (the worker's starts wait).
+START_ADMIT_RETRY = 2.0
+
+
 class JobClaims(ClaimHook):
     """Counts attempts at claim time and hands the claimed records to whoever takes the nodes.
 
@@ -100,14 +104,15 @@ class JobClaims(ClaimHook):
     def admit_starts(self, count: int, closing: threading.Event) -> int:
         """How many of ``count`` jobs claimed ahead may start now (0..count; all without a rate limit), without
         waiting for budget: the rest wait, held, until :meth:`rate_free_in` has passed. It waits for the rate
-        node's answer as long as it takes (one request at a time: a request given up and sent again would keep
-        kazoo from noticing a server that stopped answering), until ``closing`` is set. Report the admitted jobs
-        that did not start to :meth:`unused_starts` from the same thread."""
+        node's answer until ``closing`` is set (see :meth:`RateLimiter.admit
+        <zkqueue.jobs.rate.RateLimiter.admit>`) and retries ZooKeeper errors for :data:`START_ADMIT_RETRY`
+        seconds (then 0, and ``rate_free_in`` 0: the caller pauses). Report the admitted jobs that did not start
+        to :meth:`unused_starts` from the same thread."""
         if self.rate is None or count <= 0:
             return count
         # A slice at a time (one write), whatever the few starts now need: the rest serve the next starts of this
         # process while the tokens live.
-        got = self.rate.admit(max(count, self.rate.limit.slice_cap), closing, None, wait=False)
+        got = self.rate.admit(max(count, self.rate.limit.slice_cap), closing, START_ADMIT_RETRY, wait=False)
         if got > count:
             self.rate.keep(got - count)
             got = count

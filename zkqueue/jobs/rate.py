@@ -134,8 +134,10 @@ class RateLimiter:
     def admit(self, count: int, closing: threading.Event, timeout: float | None = None, *, wait: bool = True) -> int:
         """How many of ``count`` due jobs may be claimed (or started) now (1..count), waiting at the limit until
         budget frees; 0 once ``closing`` is set or ``timeout`` seconds passed first. ``wait=False``: 0 at once at
-        the limit (:meth:`free_in` says for how long), though a slice request still waits up to ``timeout`` for
-        its answer. Report the admitted jobs that were not used to :meth:`unused` from the same thread."""
+        the limit (:meth:`free_in` says for how long); a request to the rate node then waits for its answer until
+        ``closing`` (a request given up and sent again would keep kazoo from noticing a server that stopped
+        answering), and only ZooKeeper errors are retried no longer than ``timeout``. Report the admitted jobs that
+        were not used to :meth:`unused` from the same thread."""
         if count <= 0:
             return 0
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
@@ -160,7 +162,7 @@ class RateLimiter:
                 got = self._from_pool(count)  # another thread of ours may have given some back meanwhile
                 if got:
                     return got
-                granted = self._take_slice(count, closing, deadline)
+                granted = self._take_slice(count, closing, deadline, patient=not wait)
             finally:
                 self._taking.release()
             if granted is None:  # closing, or the deadline passed while ZooKeeper failed
@@ -264,10 +266,12 @@ class RateLimiter:
             return False
         return deadline is None or time.monotonic() < deadline
 
-    def _take_slice(self, count: int, closing: threading.Event, deadline: float | None) -> _Granted | None:
+    def _take_slice(self, count: int, closing: threading.Event, deadline: float | None, *,
+                    patient: bool = False) -> _Granted | None:
         """One slice (or when budget frees) from the rate node; ZooKeeper errors are retried with a growing pause
-        until it works, ``closing`` is set or the deadline passed (then None). A closed client
-        (``ConnectionClosedError``) is not retried: it raises."""
+        until it works, ``closing`` is set or the deadline passed (then None). ``patient``: an answer is awaited
+        until ``closing`` even past the deadline. A closed client (``ConnectionClosedError``) is not retried: it
+        raises."""
 
         def stopped() -> bool:
             return closing.is_set() or (deadline is not None and time.monotonic() >= deadline)
@@ -290,7 +294,7 @@ class RateLimiter:
             stop=stop, sleep=closing.wait, before_sleep=before_sleep, reraise=True,
         )
         try:
-            return retrying(self._try_slice, count, closing, stopped)
+            return retrying(self._try_slice, count, closing, closing.is_set if patient else stopped)
         except _Stopped:
             return None
         except KazooException as exc:

@@ -47,8 +47,8 @@ log = logging.getLogger("zkqueue.runtime.worker")
 
 #: Seconds one claim waits for a due job before the claimer looks at stop() again.
 CLAIM_WAIT = 0.5
-#: Least seconds a rate-limited queue's jobs wait before their start is asked again, when its budget is spent and
-#: the rate node gave no time (e.g. it failed to answer): no hot loop.
+#: Least seconds a rate-limited queue's jobs wait before their start is asked again when the rate node gave no
+#: answer in time (ZooKeeper errors; the pause grows as ERROR_BACKOFF with failures in a row): no hot loop.
 RATE_RETRY_PAUSE = 0.05
 #: Jobs held ahead of free slots by default: ``max(concurrency, MIN_PREFETCH)``. A claim costs a few round trips
 #: whatever its size, so a worker of few slots and short jobs claims more than its slots at a time; held jobs have
@@ -172,8 +172,10 @@ class Worker:
         self._ready: deque[tuple[JobQueue, HeldJob]] = deque()  # held ahead, not started
         self._running: set[Attempt] = set()
         self._starting = 0  # jobs the dispatcher is starting now
-        # Rate-limited queues at their limit (by id): no job of theirs starts before this monotonic time.
+        # Rate-limited queues at their limit (by id): no job of theirs starts before this monotonic time; and the
+        # admissions of starts that failed in a row (by id), for their pause. The dispatcher's own.
         self._rate_wait: dict[int, float] = {}
+        self._rate_failures: dict[int, int] = {}
         self._ends: list[tuple[HeldJob, Any]] = []  # decided, to commit
         # Give-backs of a stop (cold: attempt counted; unstarted: uncounted) wait until the claimers have ended, so
         # a claim still waiting for jobs cannot take them again in the moment before the stop joins it.
@@ -396,7 +398,8 @@ class Worker:
                         free = min(free, self.max_jobs - self._started_jobs)
                     ahead = self.start_ahead if free > 0 else 0
                     now = time.monotonic()
-                    waiting = {q for q, until in self._rate_wait.items() if until > now}
+                    self._rate_wait = {q: until for q, until in self._rate_wait.items() if until > now}
+                    waiting = set(self._rate_wait)
                     skipped: list[tuple[JobQueue, HeldJob]] = []  # of queues waiting for budget: they stay held
                     while self._ready and free > 0:
                         entry = self._ready.popleft()
@@ -508,14 +511,25 @@ class Worker:
         todo = [h for h in helds if not h.counted]
         admitted = queue.admit_starts(len(todo), self._stopping) if todo else 0
         if admitted >= len(todo):
-            self._rate_wait.pop(id(queue), None)
+            self._rate_failures.pop(id(queue), None)
             return helds
         later = todo[admitted:]
         keep = {id(h) for h in later}
-        pause = max(queue.rate_free_in(), RATE_RETRY_PAUSE)
+        free_in = queue.rate_free_in()
+        if admitted or free_in > 0:  # some admitted (the rest are asked again at once), or at the limit
+            self._rate_failures.pop(id(queue), None)
+            pause = free_in if not admitted else 0.0
+        else:  # no answer in time, or the worker stops: a growing pause, no hot loop
+            failures = self._rate_failures[id(queue)] = self._rate_failures.get(id(queue), 0) + 1
+            pause = max(_pause(failures), RATE_RETRY_PAUSE)
         with self._cond:
-            self._rate_wait[id(queue)] = time.monotonic() + pause
-            self._ready.extendleft((queue, h) for h in reversed(later))
+            if self._stopping.is_set():  # the jobs held were given back already: these go back uncounted too
+                self.counts["returned"] += len(later)
+                self._returns.extend((h, queue.outcomes.unstarted(h.claimed)) for h in later)
+            else:
+                if pause > 0:
+                    self._rate_wait[id(queue)] = time.monotonic() + pause
+                self._ready.extendleft((queue, h) for h in reversed(later))
             self._cond.notify_all()
         launched.update(keep)
         return [h for h in helds if id(h) not in keep]
