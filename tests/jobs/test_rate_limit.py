@@ -162,7 +162,7 @@ def test_a_queue_past_its_wait_for_budget_while_every_slot_is_busy_does_not_spin
     """One worker over two queues: 'rated' (RateLimit(1 per second)) and 'busy'. a0 runs, a1 waits for budget
     (about a second), b0 and b1 take both slots and hold them. Once a1's wait has passed, a1 waits for a slot:
     the dispatcher sleeps until something changes, it does not spin (its thread's CPU time says)."""
-    from zkqueue.runtime import Route, ThreadDriver, Worker  # noqa: PLC0415
+    from zkqueue.runtime import Route, ThreadDriver, Worker
 
     release = threading.Event()
 
