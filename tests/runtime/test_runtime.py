@@ -236,3 +236,35 @@ def test_a_start_whose_reply_was_lost_runs_only_if_its_count_committed(zk_client
             with jq.work(lambda job: job.params, concurrency=3):  # given back: claimable again at once
                 wait_for(lambda: completed(jq, 3))
             assert [jq.get(f"s{i}").attempts for i in range(3)] == [1, 1, 1]
+
+
+def test_an_idle_worker_sends_no_request_while_nothing_changes(zk_client) -> None:
+    """A worker with nothing to do waits for the queue node's watch: no request at all goes to ZooKeeper (it used
+    to list the queue's lock path, to learn its peers, every half second of each empty claim)."""
+    import logging  # noqa: PLC0415
+
+    sent: list[str] = []
+
+    class Requests(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if message.startswith("Sending request"):
+                sent.append(message[:120])
+
+    kazoo_log = logging.getLogger("kazoo.client")
+    handler, level = Requests(), kazoo_log.level
+    with job_queue(zk_client) as jq:
+        jq.add_all([("j0", 0)])
+        with jq.work(lambda job: job.params, concurrency=2):
+            wait_for(lambda: completed(jq, 1))
+            time.sleep(1.0)  # the end's commit and the worker's first empty claims settle
+            kazoo_log.addHandler(handler)
+            kazoo_log.setLevel(logging.DEBUG)
+            try:
+                time.sleep(3.0)  # six claim waits of 0.5 s; pings are logged below DEBUG
+            finally:
+                kazoo_log.removeHandler(handler)
+                kazoo_log.setLevel(level)
+            assert sent == [], sent
+            jq.add_all([("j1", 1)])  # and it still sees new work at once
+            wait_for(lambda: completed(jq, 2), timeout=10)
