@@ -5,6 +5,7 @@ stops; max_jobs; whatever a handler raises fails only its attempt."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -241,8 +242,6 @@ def test_a_start_whose_reply_was_lost_runs_only_if_its_count_committed(zk_client
 def test_an_idle_worker_sends_no_request_while_nothing_changes(zk_client) -> None:
     """A worker with nothing to do waits for the queue node's watch: no request at all goes to ZooKeeper (it used
     to list the queue's lock path, to learn its peers, every half second of each empty claim)."""
-    import logging  # noqa: PLC0415
-
     sent: list[str] = []
 
     class Requests(logging.Handler):
