@@ -47,9 +47,6 @@ log = logging.getLogger("zkqueue.runtime.worker")
 
 #: Seconds one claim waits for a due job before the claimer looks at stop() again.
 CLAIM_WAIT = 0.5
-#: Least seconds a rate-limited queue's jobs wait before their start is asked again when the rate node gave no
-#: answer in time (ZooKeeper errors; the pause grows as ERROR_BACKOFF with failures in a row): no hot loop.
-RATE_RETRY_PAUSE = 0.05
 #: Jobs held ahead of free slots by default: ``max(concurrency, MIN_PREFETCH)``. A claim costs a few round trips
 #: whatever its size, so a worker of few slots and short jobs claims more than its slots at a time; held jobs have
 #: no attempt counted, so a worker that dies costs them nothing.
@@ -519,9 +516,9 @@ class Worker:
         if admitted or free_in > 0:  # some admitted (the rest are asked again at once), or at the limit
             self._rate_failures.pop(id(queue), None)
             pause = free_in if not admitted else 0.0
-        else:  # no answer in time, or the worker stops: a growing pause, no hot loop
+        else:  # no answer in time, or the worker stops: a pause growing as ERROR_BACKOFF, no hot loop
             failures = self._rate_failures[id(queue)] = self._rate_failures.get(id(queue), 0) + 1
-            pause = max(_pause(failures), RATE_RETRY_PAUSE)
+            pause = _pause(failures)
         with self._cond:
             if self._stopping.is_set():  # the jobs held were given back already: these go back uncounted too
                 self.counts["returned"] += len(later)
