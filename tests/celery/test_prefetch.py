@@ -117,3 +117,39 @@ def test_closing_a_channel_gives_back_what_was_claimed_for_it(connection_factory
     finally:
         consumer_conn.transport.unregister_from_event_loop(consumer_conn.connection, hub)
         hub.close()
+
+
+def test_a_consumer_with_a_full_prefetch_does_not_list_the_queue_on_every_publish(connection_factory: Any) -> None:
+    """While a channel's prefetch is full, its claiming thread waits for an ack, not for the queue: it used to wait
+    on the queue's watch, so every publish made it list the whole queue (a listing costs as much as the backlog is
+    long; a Celery worker behind its producer listed once per 5 messages). Nothing is lost by not looking: the
+    messages are delivered once the window opens."""
+    queue = kombu.Queue("full-window", routing_key="full-window")
+    consumer_conn, producer_conn = connection_factory(), connection_factory()
+    _publish(producer_conn, queue, list(range(5)))
+    hub = Hub()
+    channel = consumer_conn.default_channel
+    channel.basic_qos(0, 5, False)
+    got: list[int] = []
+
+    def on_message(body: int, message: Any) -> None:
+        got.append(body)
+        message.ack()
+
+    with consumer_conn.Consumer([queue], channel=channel, callbacks=[on_message]):
+        consumer_conn.transport.register_with_event_loop(consumer_conn.connection, hub)
+        try:
+            # The loop does not run yet: the claiming thread fills the window with the first five and waits.
+            wait_for(lambda: channel.ready.count == 5, timeout=10, message=lambda: f"ready: {channel.ready.count}")
+            engine_queue = channel.store.get("full-window")
+            listings = engine_queue.stats().listings
+            _publish(producer_conn, queue, list(range(5, 35)))  # 30 publishes, each one a change of the queue
+            time.sleep(0.5)  # the watch events of the last ones arrive
+            assert engine_queue.stats().listings - listings <= 1, (listings, engine_queue.stats().listings)
+            deadline = time.monotonic() + 30
+            while len(got) < 35 and time.monotonic() < deadline:
+                hub.run_once()
+        finally:
+            consumer_conn.transport.unregister_from_event_loop(consumer_conn.connection, hub)
+            hub.close()
+    assert sorted(got) == list(range(35))

@@ -6,8 +6,8 @@ to ZooKeeper (the block claim and the read of its items); made on that thread, i
 long (a quarter of the loop's time in a busy worker). Here the claims run on one :class:`Prefetcher` thread per
 connection:
 
-- it waits on the connection's :class:`~zkqueue.celery.wakeup.Wakeup` (a change of any consumed queue, an ack
-  opening a prefetch slot, a new consumer) and claims, for each consuming channel and queue, as many messages as
+- it waits on the connection's :class:`~zkqueue.celery.wakeup.Wakeup` (a change of a consumed queue its last
+  claim found nothing in, an ack opening a prefetch slot, a new consumer or a bigger prefetch) and claims, for each consuming channel and queue, as many messages as
   the channel's prefetch leaves room for, counting what it claimed and the loop has not delivered yet
   (:attr:`Ready.count`); the messages are decoded (expired and undecodable ones are settled here) and put in the
   channel's :class:`Ready` buffer;
@@ -109,10 +109,15 @@ class Prefetcher:
                 pairs = transport.consuming()
                 versions = transport.versions(pairs)
                 claimed = 0
+                looked: dict[str, Any] = {}  # the queues a claim looked at and found nothing in: watched below
                 for channel, queue in pairs:
                     if self._stop.is_set():
                         return
-                    claimed += channel.prefetch_from(queue)
+                    got = channel.prefetch_from(queue)
+                    if got is None:  # no room: the ack or give-back that opens it wakes us; the queue's changes
+                        continue     # do not matter till then (watching them would relist it on every publish)
+                    claimed += got
+                    looked[queue] = versions[queue]
             except (SessionLostError, BrokerConnectionError) as exc:
                 log.warning("claiming stopped: %s", exc)
                 transport.signal_loop()  # the loop's look raises it to kombu, which reconnects (a new prefetcher)
@@ -132,4 +137,4 @@ class Prefetcher:
             if claimed:
                 transport.signal_loop()
                 continue  # room may be left (another queue, a bigger prefetch): look again at once
-            wakeup.wait(since, versions, MAX_WAIT)
+            wakeup.wait(since, looked, MAX_WAIT)

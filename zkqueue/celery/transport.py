@@ -380,12 +380,13 @@ class Channel(virtual.Channel):
         finally:
             self._settle_unclaimed(tag, queue, now=False)
 
-    def prefetch_from(self, queue: str) -> int:
+    def prefetch_from(self, queue: str) -> int | None:
         """On the claiming thread (:mod:`.prefetch`): claim what the prefetch allows from ``queue`` and keep the
-        decoded messages for :meth:`deliver_ready`; how many were claimed."""
+        decoded messages for :meth:`deliver_ready`; how many were claimed, or None when the channel had no room to
+        claim into (nothing was asked: an ack or a give-back opens the room, and wakes the connection)."""
         budget = self._claimable()
         if not budget or self.closed:
-            return 0
+            return None
         nodes = self.store.claim_fresh(queue, budget, 0.0, confirm=False)
         if not nodes:
             return 0
@@ -424,6 +425,9 @@ class Channel(virtual.Channel):
 
     def basic_qos(self, prefetch_size: int = 0, prefetch_count: int = 0, apply_global: bool = False) -> None:
         self.qos.prefetch_count = prefetch_count or 0
+        transport = self.connection
+        if transport is not None:
+            transport.wakeup.wake()  # a bigger window is room to claim into now
 
     def basic_recover(self, requeue: bool = False) -> Any:
         if not requeue:
