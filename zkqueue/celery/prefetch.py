@@ -109,7 +109,7 @@ class Prefetcher:
                 pairs = transport.consuming()
                 versions = transport.versions(pairs)
                 claimed = 0
-                looked: dict[str, Any] = {}  # the queues a claim looked at and found nothing in: watched below
+                looked: dict[str, Any] = {}  # the queues a claim found nothing in: watched below
                 for channel, queue in pairs:
                     if self._stop.is_set():
                         return

@@ -360,11 +360,12 @@ class Channel(virtual.Channel):
             return 0
         return budget
 
-    def deliver_from(self, queue: str, timeout: float) -> int:
-        """Claim what the prefetch allows from ``queue`` (waiting up to ``timeout``) and deliver it; how many."""
+    def deliver_from(self, queue: str, timeout: float) -> int | None:
+        """Claim what the prefetch allows from ``queue`` (waiting up to ``timeout``) and deliver it; how many, or
+        None when the channel had no room to claim into (as :meth:`prefetch_from`)."""
         budget = self._claimable()
         if not budget:
-            return 0
+            return None
         delivered = 0
         for node in self.store.claim_fresh(queue, budget, timeout, confirm=timeout > 0):
             message = self._deliverable(queue, node)
@@ -603,9 +604,13 @@ class Transport(virtual.Transport):
             pairs = self.consuming()  # a channel at its prefetch limit is woken by its ack, not by its queues
             versions = self.versions(pairs)
             delivered = 0
+            looked: dict[str, tuple[Any, int | None]] = {}  # the queues a claim found nothing in: watched below
             try:
                 for channel, queue in pairs:
-                    delivered += channel.deliver_from(queue, 0.0)
+                    got = channel.deliver_from(queue, 0.0)
+                    if got is not None:  # (None: no room while acks commit; their commit wakes the wait)
+                        delivered += got
+                        looked[queue] = versions[queue]
             except CONNECTION_ERRORS as exc:
                 # A failover under way: the session, and with it every lease, lives on. Wait it out here rather
                 # than let kombu reconnect: its reconnect gives every unacked message back, and the tasks running
@@ -629,7 +634,7 @@ class Transport(virtual.Transport):
             if left is not None and left <= 0:
                 raise socket.timeout()
             step = MAX_WAIT if left is None else min(MAX_WAIT, left)
-            wakeup.wait(since, versions, step)
+            wakeup.wait(since, looked, step)
 
     # ------------------------------------------------------------------------------------------ event loop
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
