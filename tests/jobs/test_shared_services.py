@@ -6,6 +6,7 @@ but its handler slots and its claimers."""
 from __future__ import annotations
 
 import threading
+import time
 
 from zkqueue.engine.api import ClientServices
 from zkqueue.flows import Flow
@@ -80,3 +81,25 @@ def test_a_chore_that_raises_runs_again_and_a_cancel_waits_for_a_run(zk_client) 
     seen = len(runs)
     ran.clear()
     assert not ran.wait(0.1) and len(runs) == seen
+
+
+def test_a_reaper_whose_client_was_closed_says_so_once_and_resumes_when_it_is_started_again(
+        zk_client_factory, caplog) -> None:
+    """A queue left open on a client its owner closed: its reaper used to log a warning with a traceback at every
+    interval, for as long as the process lived (one such leftover of a test did so in CI)."""
+    client = zk_client_factory()
+    jq = JobQueue(client, "/shared/closed", keep_completed=Keep(count=0), reap_interval=0.05, scheduler=False)
+    jq.start()
+    try:
+        with caplog.at_level("WARNING", logger="zkqueue.jobs.reaper"):
+            client.stop()
+            time.sleep(0.5)  # ten intervals
+            client.start()
+            jq.add({"i": 1}, job_id="after")
+            with jq.take(max_jobs=1) as jobs:
+                assert len(jobs) == 1
+            wait_for(lambda: client.get_children(jq.paths.completed) == [], timeout=10)  # reaping again
+        said = [r.getMessage() for r in caplog.records if r.name == "zkqueue.jobs.reaper"]
+        assert len(said) == 1 and "client was closed before the queue" in said[0], said
+    finally:
+        jq.close()

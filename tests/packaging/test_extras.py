@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.parsing import parse_apart
 from zkqueue._extras import EXTRA_OF, require
 from zkqueue.errors import EnvironmentProblem, MissingExtraError
 
@@ -72,10 +73,11 @@ def test_every_optional_import_is_guarded_by_require() -> None:
     """A module that imports an optional package does so after ``require`` (its own or its package's), so a
     missing one is a MissingExtraError that names the extra, never a bare ModuleNotFoundError."""
     unguarded = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name == "pytest_plugin.py":
-            continue  # loaded by pytest itself
-        needed = {EXTRA_OF[name] for name in _optional_imports(ast.parse(path.read_text()))}
+    paths = [path for path in sorted(PACKAGE.rglob("*.py")) if path.name != "pytest_plugin.py"]  # (pytest loads it)
+    trees = parse_apart([path.read_text() for path in paths])
+    for path, tree in zip(paths, trees, strict=True):
+        assert isinstance(tree, ast.Module), (path, tree)
+        needed = {EXTRA_OF[name] for name in _optional_imports(tree)}
         missing = needed - _guarded_extras(path)
         if missing:
             unguarded.append(f"{path.relative_to(ROOT)}: {sorted(missing)}")

@@ -8,6 +8,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from kazoo.protocol.states import KeeperState
+
 from zkqueue.engine import api
 from zkqueue.engine.api import ClientServices, delete_op
 from zkqueue.errors import ConfigurationError
@@ -74,6 +76,7 @@ class Reaper:
         self._interval = interval
         self._name = name
         self._cancel: Callable[[], None] | None = None
+        self._client_closed = False  # said once: the client was closed under a running reaper
 
     def start(self) -> None:
         self._cancel = ClientServices.of(self._client).every(self._interval, self._pass)
@@ -84,6 +87,16 @@ class Reaper:
             cancel()
 
     def _pass(self) -> None:
+        if self._client.client_state == KeeperState.CLOSED:
+            # Closed by its owner while a queue on it is still open: every request would fail, and a warning with
+            # its traceback every interval would say nothing new. Said once; the passes resume if it is started
+            # again.
+            if not self._client_closed:
+                self._client_closed = True
+                log.warning("%s: its ZooKeeper client was closed before the queue; reaping waits until the client "
+                            "is started again (close the queue, or its app, before the client)", self._name)
+            return
+        self._client_closed = False
         for parent, keep in self._targets:
             try:
                 reap(self._client, parent, keep)
