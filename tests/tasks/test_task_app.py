@@ -98,35 +98,35 @@ def test_bad_namespaces_are_refused(namespace) -> None:
 
 
 def test_bad_inputs_raise_typed_errors_and_add_nothing(zk_client) -> None:
-    app = App(client=zk_client)
-    add = app.task(task_samples.add)
-    for name in ("", " padded", "a\nb", None, 5):
-        with pytest.raises(ConfigurationError):
-            app.enqueue(name, 1, 2)  # type: ignore[arg-type]
-        if name is not None:  # name=None is the default name
+    with App(client=zk_client) as app:  # closed with its queues: none is left open on the closed client
+        add = app.task(task_samples.add)
+        for name in ("", " padded", "a\nb", None, 5):
             with pytest.raises(ConfigurationError):
-                app.task(name=name)(task_samples.send_mail)  # type: ignore[arg-type]
-    with pytest.raises(SerializationError):
-        add.enqueue(object(), 2)  # not JSON
-    with pytest.raises(SerializationError):
-        add.enqueue_many([(1, 2), (object(), 2)])  # checked before anything is sent
-    with pytest.raises(ConfigurationError):
-        add.enqueue_many([(1, 2), {"x": 1}])  # an item is a tuple or a Call
-    with pytest.raises(ConfigurationError):
-        add.enqueue_with(args="12")  # args are a tuple or list
-    with pytest.raises(ConfigurationError):
-        add.enqueue_with(args=(1,), kwargs={2: "y"})  # keyword names are str
-    with pytest.raises(ConfigurationError):
-        add.enqueue_with(args=(1, 2), timeout=-1)
-    with pytest.raises(ConfigurationError):
-        add.enqueue_with(args=(1, 2), job_id="")
-    with pytest.raises(ConfigurationError):
-        app.task(retry=3)(task_samples.send_mail)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError):
-        app.task(timeout=0)(task_samples.send_mail)
-    with pytest.raises(ConfigurationError):
-        app.task("not a function")  # type: ignore[call-overload]
-    assert app.queue("default").counts()["queued"] == 0
+                app.enqueue(name, 1, 2)  # type: ignore[arg-type]
+            if name is not None:  # name=None is the default name
+                with pytest.raises(ConfigurationError):
+                    app.task(name=name)(task_samples.send_mail)  # type: ignore[arg-type]
+        with pytest.raises(SerializationError):
+            add.enqueue(object(), 2)  # not JSON
+        with pytest.raises(SerializationError):
+            add.enqueue_many([(1, 2), (object(), 2)])  # checked before anything is sent
+        with pytest.raises(ConfigurationError):
+            add.enqueue_many([(1, 2), {"x": 1}])  # an item is a tuple or a Call
+        with pytest.raises(ConfigurationError):
+            add.enqueue_with(args="12")  # args are a tuple or list
+        with pytest.raises(ConfigurationError):
+            add.enqueue_with(args=(1,), kwargs={2: "y"})  # keyword names are str
+        with pytest.raises(ConfigurationError):
+            add.enqueue_with(args=(1, 2), timeout=-1)
+        with pytest.raises(ConfigurationError):
+            add.enqueue_with(args=(1, 2), job_id="")
+        with pytest.raises(ConfigurationError):
+            app.task(retry=3)(task_samples.send_mail)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError):
+            app.task(timeout=0)(task_samples.send_mail)
+        with pytest.raises(ConfigurationError):
+            app.task("not a function")  # type: ignore[call-overload]
+        assert app.queue("default").counts()["queued"] == 0
 
 
 def test_app_options_are_checked(zk_client, monkeypatch) -> None:
