@@ -153,21 +153,21 @@ def test_result_wakes_on_the_completion_not_on_a_poll(app) -> None:
 
 
 def test_a_job_of_an_unknown_task_fails_once_and_is_never_retried(zk_client, app) -> None:
-    producer = App(client=zk_client, retry=RetryPolicy(max_attempts=5, backoff=0.0))
-    producer.task(retry=RetryPolicy(max_attempts=5, backoff=0.0))(task_samples.send_mail)  # unknown to `app`
-    known_elsewhere = producer.enqueue_with("task_samples.send_mail", args=("a@b",), queue="default")
-    nobody = producer.enqueue("nobody.knows.this", 1)
-    work(app, "default")  # app has no tasks
-    for handle, task in ((known_elsewhere, "task_samples.send_mail"), (nobody, "nobody.knows.this")):
-        with pytest.raises(JobFailedError) as failed:
-            handle.result(timeout=30)
-        job = failed.value.job
-        assert job.state is JobState.DEAD and job.attempts == 1  # not retried, whatever the policies say
-        assert job.last_error.startswith("UnknownTaskError") and repr(task) in job.last_error
-        assert "'default'" in job.last_error  # the queue
-    assert known_elsewhere.get().max_attempts == 5
-    with pytest.raises(UnknownTaskError, match="names no task"):
-        app.resolve(Job(id="x", params=None, state=JobState.ACTIVE, attempts=1, errors=[]))
+    with App(client=zk_client, retry=RetryPolicy(max_attempts=5, backoff=0.0)) as producer:  # closed with its queue
+        producer.task(retry=RetryPolicy(max_attempts=5, backoff=0.0))(task_samples.send_mail)  # unknown to `app`
+        known_elsewhere = producer.enqueue_with("task_samples.send_mail", args=("a@b",), queue="default")
+        nobody = producer.enqueue("nobody.knows.this", 1)
+        work(app, "default")  # app has no tasks
+        for handle, task in ((known_elsewhere, "task_samples.send_mail"), (nobody, "nobody.knows.this")):
+            with pytest.raises(JobFailedError) as failed:
+                handle.result(timeout=30)
+            job = failed.value.job
+            assert job.state is JobState.DEAD and job.attempts == 1  # not retried, whatever the policies say
+            assert job.last_error.startswith("UnknownTaskError") and repr(task) in job.last_error
+            assert "'default'" in job.last_error  # the queue
+        assert known_elsewhere.get().max_attempts == 5
+        with pytest.raises(UnknownTaskError, match="names no task"):
+            app.resolve(Job(id="x", params=None, state=JobState.ACTIVE, attempts=1, errors=[]))
 
 
 def test_params_of_another_shape_fail_once(app) -> None:
