@@ -6,11 +6,11 @@ to ZooKeeper (the block claim and the read of its items); made on that thread, i
 long (a quarter of the loop's time in a busy worker). Here the claims run on one :class:`Prefetcher` thread per
 connection:
 
-- it waits on the connection's :class:`~zkqueue.celery.wakeup.Wakeup` (a change of a consumed queue its last
-  claim found nothing in, an ack opening a prefetch slot, a new consumer or a bigger prefetch) and claims, for each consuming channel and queue, as many messages as
-  the channel's prefetch leaves room for, counting what it claimed and the loop has not delivered yet
-  (:attr:`Ready.count`); the messages are decoded (expired and undecodable ones are settled here) and put in the
-  channel's :class:`Ready` buffer;
+- it waits on the connection's :class:`~zkqueue.celery.wakeup.Wakeup` (a change of a consumed queue its last claim
+  found nothing in, an ack opening a prefetch slot, a new consumer or a bigger prefetch) and claims, for each
+  consuming channel and queue, as many messages as the channel's prefetch leaves room for, counting what it claimed
+  and the loop has not delivered yet (:attr:`Ready.count`); the messages are decoded (expired and undecodable ones
+  are settled here) and put in the channel's :class:`Ready` buffer;
 - then it writes to a pipe the loop watches (:class:`~zkqueue.celery.wakeup.LoopSignal`); the loop delivers what
   is ready, with no request to ZooKeeper on its thread.
 

@@ -10,9 +10,10 @@ jq = JobQueue(client, "/jobs/mail", rate_limit=RateLimit(max_jobs=100, per=1.0))
 ``[bucket start ms, jobs]`` pairs (grants of one bucket of ``per / 100`` seconds share a pair, so the node stays
 small). A worker that wants to start ``n`` jobs it holds (or a pull that wants to claim ``n`` due jobs) takes a
 *slice* of up to ``max(1, max_jobs // 8)`` jobs (a worker asks a whole slice, a pull no more than ``n``; neither
-more than is free) with ONE version-checked ``setData`` of that node (a lost race reads it again and retries): about one write per slice, not
-per job. What a process took and did not use (fewer jobs ready, a pull's claim race lost) stays in a pool of that
-process for :data:`TOKEN_LIFETIME` of the slice, used by its next admissions without another write.
+more than is free) with ONE version-checked ``setData`` of that node (a lost race reads it again and retries): about
+one write per slice, not per job. What a process took and did not use (fewer jobs ready, a pull's claim race lost)
+stays in a pool of that process for :data:`TOKEN_LIFETIME` of the slice, used by its next admissions without another
+write.
 
 **When budget is spent.** A worker (:mod:`zkqueue.runtime`) claims jobs ahead of its free slots without budget and
 spends it as a job starts (:meth:`JobQueue.admit_starts <zkqueue.jobs.JobQueue.admit_starts>`), in the moment its
