@@ -98,3 +98,8 @@ class DueScan:
     def give_back(self, names: list[str]) -> None:
         """Names taken but not tried: the next :meth:`take` starts with them."""
         self._back = names + self._back
+
+    def any_due(self) -> bool:
+        """Whether a :meth:`take` now would hand out a name (none is taken)."""
+        self._back.extend(() if self._back else itertools.islice(self._names, 1))
+        return bool(self._back)

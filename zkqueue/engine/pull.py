@@ -88,9 +88,9 @@ class Puller:
                 present = self._items_of(snap)
                 recheck = self._forget_skips(present)
                 due = self._due(present)
-                first = due.take(1)  # nothing due: no listing of the queue's other consumers (an idle pull sends
-                due.give_back(first)  # no request at all; it waits for the watch)
-                shared = self._taker.share() if first else None
+                # nothing due: no listing of the queue's other consumers (an idle pull sends no request at all; it
+                # waits for the watch)
+                shared = self._taker.share() if due.any_due() else None
                 locked = False
                 relisted = False
                 while batch := self._next(due, max_nodes, shared):
