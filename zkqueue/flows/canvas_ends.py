@@ -3,7 +3,9 @@ whose header names a canvas (:data:`~zkqueue.flows.canvas_graph.HEADER`).
 
 A failed attempt follows the task's retry policy (the job layer's requeue, as for any task job); a success, or the
 last failure, is the canvas hand-off (:meth:`CanvasHandoff.end <zkqueue.flows.canvas_handoff.CanvasHandoff>`): one
-fenced multi with the canvas record's update and the next nodes' jobs. A job whose canvas is over is dropped unrun
+fenced multi with the canvas record's update and the next nodes' jobs. A task worker queues its successes' hand-offs
+on an :class:`~zkqueue.flows.committer.EndCommitter` (:func:`commit_many`): the slot is free as the task returns,
+and the ends of one canvas that finished meanwhile share one multi and one write of its record. A job whose canvas is over is dropped unrun
 (:class:`CanvasCall` looks first on the thread pool) and ended by a hand-off that records the drop.
 """
 
@@ -19,11 +21,13 @@ from zkqueue.errors import ConfigurationError, SerializationError, UnknownTaskEr
 from zkqueue.flows import handoff
 from zkqueue.flows.canvas_graph import HEADER, canvas_of_job
 from zkqueue.flows.canvas_handoff import CanvasHandoff, CanvasRef
+from zkqueue.flows.committer import EndCommitter
 from zkqueue.flows.definition import Ending
 from zkqueue.flows.handoff import step_errors
 from zkqueue.flows.model import FlowState
 from zkqueue.jobs.model import Job
 from zkqueue.jobs.queue import JobQueue
+from zkqueue.jobs.scope import release_many
 
 log = logging.getLogger("zkqueue.flows.canvas_ends")
 
@@ -64,9 +68,15 @@ def unknown_task(job: Job) -> Any:
     raise UnknownTaskError(job.task, None, job.id)
 
 
-def end_attempt(canvases: CanvasHandoff, jq: JobQueue, queue: str, task_policy: Any, attempt: Any) -> None:
+#: A canvas job's decided end waiting for its commit: the held job, its ref and how it ended.
+QueuedEnd = tuple[Any, CanvasRef, Ending]
+
+
+def end_attempt(canvases: CanvasHandoff, jq: JobQueue, queue: str, task_policy: Any, attempt: Any, *,
+                committer: EndCommitter[QueuedEnd] | None = None) -> None:
     """End a settled attempt of a canvas job (see the module docs). Raises what made the end fail (the runtime
-    gives the job back)."""
+    gives the job back). With a ``committer``, a success's hand-off is queued there (:func:`commit_many` commits
+    it with the others waiting, off the handler's thread) and the attempt's slot is free at once."""
     held = attempt.held
     record = held.record
     node = str(record.headers[HEADER][1])
@@ -98,7 +108,31 @@ def end_attempt(canvases: CanvasHandoff, jq: JobQueue, queue: str, task_policy: 
             if read is not None and read[0].state is FlowState.FAILED:
                 canvases.sweep(read[0].id)  # its queued members are removed (or dropped when claimed)
         return
-    _end(canvases, held, ref, Ending(ok=True, result=value, errors=step_errors(node, record)))
+    ending = Ending(ok=True, result=value, errors=step_errors(node, record))
+    if committer is not None:
+        committer.put((held, ref, ending))
+        return
+    _end(canvases, held, ref, ending)
+
+
+def commit_many(canvases: CanvasHandoff, batch: list[QueuedEnd]) -> None:
+    """Commit the queued ends of ``batch`` (:class:`~zkqueue.flows.committer.EndCommitter`'s ``commit``): the ends
+    of one canvas in as few multis as fit (:meth:`CanvasHandoff.end_many`). A job whose end did not commit is given
+    back (its lease was lost, or the hand-off failed: it runs again); none is left without an outcome."""
+    try:
+        outcomes = canvases.end_many([(ref, ending, None) for _held, ref, ending in batch])
+    except BaseException:
+        release_many([held for held, _ref, _ending in batch])
+        raise
+    for (held, ref, _ending), outcome in zip(batch, outcomes):
+        if isinstance(outcome, Exception):
+            log.warning("node %s of canvas %s could not hand off (%r): given back for a retry", ref.step,
+                        canvas_of_job(ref.job_id), outcome)
+            held.release()
+        elif outcome == handoff.OK:
+            held.forget()  # the item and the lease's nodes went in the hand-off's multi
+        else:
+            held.release()  # the lease was lost: nothing of ours committed
 
 
 def _end(canvases: CanvasHandoff, held: Any, ref: CanvasRef, ending: Ending | None) -> bool:
@@ -115,4 +149,4 @@ def _end(canvases: CanvasHandoff, held: Any, ref: CanvasRef, ending: Ending | No
     return False
 
 
-__all__ = ["CanvasCall", "SKIPPED", "end_attempt", "is_canvas_job", "unknown_task"]
+__all__ = ["SKIPPED", "CanvasCall", "QueuedEnd", "commit_many", "end_attempt", "is_canvas_job", "unknown_task"]

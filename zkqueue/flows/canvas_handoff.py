@@ -204,20 +204,51 @@ class CanvasHandoff(Handoff):
         of the canvas record (the ends applied in turn, as :func:`~zkqueue.flows.definition.advance` applies one)
         and the next nodes' jobs. A node whose lease was lost is taken out of the batch (:data:`LOST`); a lost reply
         is answered by the record (the batch's token in its history)."""
-        canvas_id = canvas_of_job(ref.job_id)
         slot = _Slot(ref, ending)
+        self._settle(canvas_of_job(ref.job_id), [slot])
+        return slot.result()
+
+    def end_many(self, items: list[tuple[StepRef, Ending | None, Any]]) -> list[str | Exception]:
+        """:meth:`end` of many nodes' ends (``(ref, ending, read)`` each; ``read`` is not used): the ends of one
+        canvas join its next batch together (up to :data:`MAX_BATCH` per multi), canvas after canvas. Per item
+        :data:`OK`, :data:`LOST`, or the exception :meth:`end` would raise."""
+        slots = [_Slot(ref, ending) for ref, ending, _read in items]
+        by_canvas: dict[str, list[_Slot]] = {}
+        for slot in slots:
+            by_canvas.setdefault(canvas_of_job(slot.ref.job_id), []).append(slot)
+        for canvas_id, mine in by_canvas.items():
+            try:
+                self._settle(canvas_id, mine)
+            except Exception:  # noqa: BLE001 - its ends carry the error (given back by the caller); the rest go on
+                log.warning("ending %d node(s) of canvas %s failed", len(mine), canvas_id, exc_info=True)
+        out: list[str | Exception] = []
+        for slot in slots:
+            try:
+                out.append(slot.result())
+            except Exception as exc:  # noqa: BLE001 - per item, as end() raises it
+                out.append(exc)
+        return out
+
+    def _settle(self, canvas_id: str, mine: list[_Slot]) -> None:
+        """Queue ``mine`` (ends of canvas ``canvas_id``) for the canvas's next batches and return once each is
+        settled (its outcome or error set). One caller at a time commits a canvas's batches (the leader: the first
+        caller with nothing under way, or the one the last leader handed the lead to, through one of its ends)."""
         with self._graph_lock:
             queue = self._waiting.get(canvas_id)
             lead = queue is None
             if lead:
                 queue = self._waiting[canvas_id] = []
-            queue.append(slot)
+            queue.extend(mine)
         if not lead:
-            slot.done.wait()
-            if not slot.lead:
-                return slot.result()
+            for slot in mine:  # settled in order (batches are taken from the head), unless handed the lead
+                slot.done.wait()
+                if slot.lead:
+                    lead = True
+                    break
+            if not lead:
+                return
         try:
-            while slot.outcome is None and slot.error is None:  # the leader: commit what waits, its own end first
+            while any(sl.outcome is None and sl.error is None for sl in mine):  # commit what waits, ours first
                 with self._graph_lock:
                     batch = self._waiting[canvas_id][:MAX_BATCH]
                     del self._waiting[canvas_id][:MAX_BATCH]
@@ -230,17 +261,22 @@ class CanvasHandoff(Handoff):
                     raise
                 finally:
                     for other in batch:
-                        if other is not slot:
-                            other.done.set()
-        finally:  # pass the lead on to the first end still waiting
+                        other.done.set()
+        finally:  # pass the lead on to the first end still waiting (not one of ours: an exit leaves them unended)
             with self._graph_lock:
                 left = self._waiting[canvas_id]
+                unended = {id(sl) for sl in mine if sl.outcome is None and sl.error is None}
+                if unended:
+                    left[:] = [sl for sl in left if id(sl) not in unended]
+                    for sl in mine:
+                        if id(sl) in unended:
+                            sl.error = QueueStateError(f"the end of node {sl.ref.step} of canvas {canvas_id} was "
+                                                       "not committed")
                 if left:
                     left[0].lead = True
                     left[0].done.set()
                 else:
                     del self._waiting[canvas_id]
-        return slot.result()
 
     def _commit_batch(self, canvas_id: str, batch: list[_Slot]) -> None:
         token = self.tokens.next()

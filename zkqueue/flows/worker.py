@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from zkqueue.errors import ConfigurationError
 from zkqueue.flows import ends, handoff, store
+from zkqueue.flows.committer import EndCommitter
 from zkqueue.flows.definition import Definition, Step
 from zkqueue.flows.handoff import Handoff
 from zkqueue.flows.limits import LimitedStep
@@ -104,65 +105,6 @@ class StepSource:
         return started
 
 
-class _Committer:
-    """The threads that commit a flow worker's step ends, many per multi (:func:`zkqueue.flows.ends.settle_many`):
-    a handler's slot is free as soon as its end is queued here; :meth:`close` commits what is left. ``threads``
-    batches are under way at once (each takes every end queued when it starts): two ends of one flow record in
-    batches under way together race on its version, and the loser is built again (see
-    :meth:`Handoff.end_many <zkqueue.flows.handoff.Handoff.end_many>`)."""
-
-    def __init__(self, worker: FlowWorker, name: str, threads: int = 1) -> None:
-        self._worker = worker
-        self._cond = threading.Condition()
-        self._pending: list[tuple[Step, LimitedStep | None, Attempt]] = []
-        self._busy = 0
-        self._closing = False
-        #: Ends committed in batches (each a call of :func:`settle_many`) and the largest batch.
-        self.batches = 0
-        self.largest = 0
-        self._threads = [threading.Thread(target=self._loop, daemon=True, name=f"{name}-ends-{i}")
-                         for i in range(threads)]
-        for thread in self._threads:
-            thread.start()
-
-    def put(self, step: Step, limited: LimitedStep | None, attempt: Attempt) -> None:
-        with self._cond:
-            self._pending.append((step, limited, attempt))
-            self._cond.notify_all()
-
-    def idle(self) -> bool:
-        with self._cond:
-            return not self._pending and not self._busy
-
-    def close(self) -> None:
-        """Commit what is queued, then end the thread."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        for thread in self._threads:
-            thread.join()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closing:
-                    self._cond.wait()
-                if not self._pending:
-                    return
-                batch, self._pending = self._pending, []
-                self._busy += 1
-            try:
-                self._worker._end_many(batch)
-            except BaseException:  # a bug of ours: logged loudly; the jobs were given back
-                log.critical("committing %d step end(s) failed", len(batch), exc_info=True)
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self.batches += 1
-                    self.largest = max(self.largest, len(batch))
-                    self._cond.notify_all()
-
-
 class FlowWorker:
     """The running worker of a flow's ``steps`` (see the module docs): ``concurrency`` step handlers at once,
     ``timeout`` seconds per attempt (None: no limit), ``prefetch`` step jobs held ahead of free slots (None: the
@@ -193,7 +135,8 @@ class FlowWorker:
         self._limited: list[LimitedStep] = []
         self._reads: dict[tuple[str, str], Any] = {}  # (step, job id) -> its flow record read as it started
         # Ends committed many per multi on a thread of their own, unless an executor was chosen for them.
-        self._committer = _Committer(self, name) if end_executor is None else None
+        self._committer: EndCommitter[tuple[Step, LimitedStep | None, Attempt]] | None = (
+            EndCommitter(self._end_many, name) if end_executor is None else None)
         sources: list[Any] = []
         routes: dict[int, Route] = {}
         for step in steps:
@@ -287,7 +230,7 @@ class FlowWorker:
         call's ``(view, value)``. A late result of a timed-out attempt never comes here
         (the attempt refuses it)."""
         if self._committer is not None:
-            self._committer.put(step, limited, attempt)
+            self._committer.put((step, limited, attempt))
             return
         held = attempt.held
         try:
@@ -309,7 +252,8 @@ class FlowWorker:
                 self.handled += 1
 
     def _end_many(self, batch: list[tuple[Step, LimitedStep | None, Attempt]]) -> None:
-        """Commit the ends of ``batch`` (see :class:`_Committer`): many hand-offs per multi."""
+        """Commit the ends of ``batch`` (its :class:`~zkqueue.flows.committer.EndCommitter`'s): many hand-offs per
+        multi."""
         runs: list[tuple[ends.StepRun, Any, BaseException | None]] = []
         for step, _limited, attempt in batch:
             with self._lock:

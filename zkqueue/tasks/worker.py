@@ -8,7 +8,9 @@ and timeout. A job whose task this app does not know fails at once, never retrie
 
 A job of a canvas (chain, group, chord: its header names the canvas and node) ends by the canvas hand-off instead
 of the job layer's completion (:mod:`zkqueue.flows.canvas_ends`): the workers claim under item leases, since that
-end is a fenced multi of its own. ``zkqueue worker`` also reaps the finished canvases beyond ``Keep()`` every
+end is a fenced multi of its own. A success's hand-off is committed off the task's thread, with the other ends of
+its canvas that came meanwhile (:class:`~zkqueue.flows.committer.EndCommitter`): the slot is free as the task
+returns. ``zkqueue worker`` also reaps the finished canvases beyond ``Keep()`` every
 :data:`CANVAS_REAP_INTERVAL` seconds.
 """
 
@@ -28,6 +30,7 @@ from typing import Any, Sequence
 from zkqueue.errors import ConfigurationError, UnknownTaskError
 from zkqueue.flows import canvas_ends
 from zkqueue.flows.canvas_graph import HEADER
+from zkqueue.flows.committer import EndCommitter
 from zkqueue.jobs.model import Job
 from zkqueue.jobs.queue import DEFAULT_STOP_TIMEOUT, JobQueue
 from zkqueue.runtime import AsyncioDriver, Route, Worker, pool_driver
@@ -41,6 +44,9 @@ log = logging.getLogger("zkqueue.tasks.worker")
 TICK = 0.5
 #: Seconds between two reaps of the finished canvases beyond ``Keep()`` by a running ``zkqueue worker``.
 CANVAS_REAP_INTERVAL = 60.0
+#: Threads committing a worker's canvas hand-offs (each takes every end queued when it starts; the ends of one
+#: canvas share a multi).
+CANVAS_END_THREADS = 2
 
 
 def load_app(spec: str) -> App:
@@ -99,7 +105,9 @@ class TaskWorker:
         self._sync = pool_driver(pool)
         self._async = AsyncioDriver() if any(t.is_async for t in app.tasks.values()) else None
         self._call: Any = TaskCall(spec) if pool == "process" else None
-        self._end_pool: ThreadPoolExecutor | None = None  # where async tasks' canvas ends commit (not the loop)
+        self._end_pool: ThreadPoolExecutor | None = None  # where async tasks' canvas ends are decided (not the loop)
+        self._canvas_ends: EndCommitter[canvas_ends.QueuedEnd] | None = None  # commits canvas hand-offs, batched
+        self._canvas_lock = threading.Lock()
         drivers = [self._sync] + ([self._async] if self._async is not None else [])
         self.worker = Worker([app.queue(name) for name in names], self._route, drivers, concurrency=concurrency,
                              prefetch=prefetch, max_jobs=max_jobs, name="zkqueue-worker", log_jobs=log_jobs,
@@ -125,12 +133,18 @@ class TaskWorker:
         except UnknownTaskError:
             return Route(self._sync, canvas_ends.unknown_task,
                          end=functools.partial(canvas_ends.end_attempt, canvases, queue, name, None))
-        end = functools.partial(canvas_ends.end_attempt, canvases, queue, name, task.retry)
+        with self._canvas_lock:
+            if self._canvas_ends is None:
+                self._canvas_ends = EndCommitter(functools.partial(canvas_ends.commit_many, canvases),
+                                                 "zkqueue-worker-canvas", threads=CANVAS_END_THREADS)
+        end = functools.partial(canvas_ends.end_attempt, canvases, queue, name, task.retry,
+                                committer=self._canvas_ends)
         if task.is_async:
             if self._async is None:
                 raise ConfigurationError(f"task {task.name} is async; the worker started without an event loop")
-            if self._end_pool is None:
-                self._end_pool = ThreadPoolExecutor(4, thread_name_prefix="zkqueue-canvas-end")
+            with self._canvas_lock:
+                if self._end_pool is None:
+                    self._end_pool = ThreadPoolExecutor(4, thread_name_prefix="zkqueue-canvas-end")
             return Route(self._async, task.call, task.retry, end=end, timeout=task.timeout,
                          end_executor=self._end_pool)
         call = self._call or canvas_ends.CanvasCall(canvases, task.call)  # threads look at the canvas first
@@ -145,6 +159,8 @@ class TaskWorker:
         warm = self.worker.stop(timeout)
         if self._end_pool is not None:
             self._end_pool.shutdown(wait=True)
+        if self._canvas_ends is not None:  # the canvas hand-offs still queued commit now
+            self._canvas_ends.close()
         return warm
 
     def outstanding(self) -> int:
