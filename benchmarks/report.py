@@ -14,6 +14,24 @@ from rich.table import Table
 IMPL_LABELS = {"zkqueue": "zkqueue", "curator": "Curator 5.9.0", "kazoo": "kazoo 2.11"}
 
 
+def flows_notes(report: dict[str, Any]) -> list[str]:
+    """The flows row's lines: flow jobs/s through the 3-step linear flow beside BullMQ's FlowProducer, same chain."""
+    flows = report.get("flows") or {}
+    if flows.get("status") != "ok":
+        return []
+    runs = flows.get("runs", [])
+    state = "complete" if runs and all(r.get("complete") for r in runs) else "INCOMPLETE"
+    out = [f"flows: {flows['count']} flow jobs through a {flows['steps']}-step linear flow, one worker process: "
+           f"{flows['median']:.1f} flow jobs/s (median of {flows['repeats']}, {state})"]
+    peer = flows.get("bullmq") or {}
+    if peer.get("median") is not None:
+        out.append(f"flows: BullMQ {peer['runs'][0].get('version') or ''} FlowProducer, same chain, same run: "
+                   f"{peer['median']:.1f} flows/s; zkqueue / BullMQ = {flows.get('ratio')}")
+    elif peer:
+        out.append(f"flows: BullMQ FlowProducer: n/a ({peer.get('reason', '')})")
+    return out
+
+
 def canvas_notes(report: dict[str, Any]) -> list[str]:
     """The canvas row's lines: completed chords/s (chords of 100 members) beside BullMQ's parent with 100 children."""
     canvas = report.get("canvas") or {}
@@ -589,19 +607,9 @@ def print_table(report: dict[str, Any], console: Console | None = None) -> None:
         console.print(f"celery_brokers {b}: n/a ({reason})", markup=False, highlight=False)
     for line in jobs_live_notes(report):
         console.print(line, markup=False, highlight=False)  # a reason may hold brackets (pip extras, npm output)
-    flows = report.get("flows") or {}
-    if flows.get("status") == "ok":
-        runs = flows.get("runs", [])
-        state = "complete" if runs and all(r.get("complete") for r in runs) else "INCOMPLETE"
-        console.print(f"flows: {flows['count']} flow jobs through a {flows['steps']}-step linear flow, one worker "
-                      f"process: {flows['median']:.1f} flow jobs/s (median of {flows['repeats']}, {state})")
-        peer = flows.get("bullmq") or {}
-        if peer.get("median") is not None:
-            console.print(f"flows: BullMQ {peer['runs'][0].get('version') or ''} FlowProducer, same chain, same run: "
-                          f"{peer['median']:.1f} flows/s; zkqueue / BullMQ = {flows.get('ratio')}")
-        elif peer:
-            console.print(f"flows: BullMQ FlowProducer: n/a ({peer.get('reason', '')})")
-    elif (report.get("jobs") or {}).get("reason"):
+    for line in flows_notes(report):
+        console.print(line, markup=False, highlight=False)
+    if (report.get("flows") or {}).get("status") != "ok" and (report.get("jobs") or {}).get("reason"):
         console.print(f"jobs workload: n/a ({report['jobs']['reason']})")
     for line in canvas_notes(report):
         console.print(line, markup=False, highlight=False)

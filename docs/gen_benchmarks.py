@@ -25,7 +25,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 KNOWN = {"latest.json": "Full run: queues against Curator and kazoo",
          "jobs-live-latest.json": "Jobs live: a worker running while producers add",
          "deep-latest.json": "Deep queues",
-         "celery-brokers-latest.json": "Celery on zkqueue://, on Redis and on kombu's zookeeper://"}
+         "celery-brokers-latest.json": "Celery on zkqueue://, on Redis and on kombu's zookeeper://",
+         "flows-latest.json": "Flows and canvases beside BullMQ's FlowProducer"}
 
 
 def _report() -> Any:
@@ -82,10 +83,8 @@ def run_tables(run: dict[str, Any]) -> list[str]:
     for t in report.celery_brokers_tables(run):
         out += [f"**{t.title}**", "", report.table_markdown(t), ""]
     verdict = report.scheduled_verdict(run)
-    flows = run.get("flows") or {}
-    if flows.get("status") == "ok":
-        out += [(f"Flows: {flows['median']:,.1f} flow jobs/s through a {flows['steps']}-step linear flow "
-                 f"({flows['count']} flow jobs, one worker process, median of {flows['repeats']})."), ""]
+    rows = report.flows_notes(run) + report.canvas_notes(run)
+    out += [f"- {line}" for line in rows] + ([""] if rows else [])
     if verdict:
         out += [verdict, ""]
     out += [f"- {note}" for note in run.get("notes") or []] + ([""] if run.get("notes") else [])
