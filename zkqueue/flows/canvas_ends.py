@@ -5,8 +5,9 @@ A failed attempt follows the task's retry policy (the job layer's requeue, as fo
 last failure, is the canvas hand-off (:meth:`CanvasHandoff.end <zkqueue.flows.canvas_handoff.CanvasHandoff>`): one
 fenced multi with the canvas record's update and the next nodes' jobs. A task worker queues its successes' hand-offs
 on an :class:`~zkqueue.flows.committer.EndCommitter` (:func:`commit_many`): the slot is free as the task returns,
-and the ends of one canvas that finished meanwhile share one multi and one write of its record. A job whose canvas is over is dropped unrun
-(:class:`CanvasCall` looks first on the thread pool) and ended by a hand-off that records the drop.
+and the ends of one canvas that finished meanwhile share one multi and one write of its record. A job whose canvas
+is over is dropped unrun (:class:`CanvasCall` looks first on the thread pool) and ended by a hand-off that records
+the drop.
 """
 
 from __future__ import annotations

@@ -38,10 +38,14 @@ class EndCommitter(Generic[T]):
             thread.start()
 
     def put(self, end: T) -> None:
-        """Queue ``end`` for the next batch (never blocks on ZooKeeper)."""
+        """Queue ``end`` for the next batch (never blocks on ZooKeeper); after :meth:`close`, commit it here."""
         with self._cond:
-            self._pending.append(end)
-            self._cond.notify_all()
+            if not self._closing:
+                self._pending.append(end)
+                self._cond.notify_all()
+                return
+        log.warning("an end came after its committer closed: committed on the calling thread")
+        self._commit([end])
 
     def idle(self) -> bool:
         """Whether nothing is queued or being committed."""
