@@ -267,3 +267,46 @@ def test_an_idle_worker_sends_no_request_while_nothing_changes(zk_client) -> Non
             assert sent == [], sent
             jq.add_all([("j1", 1)])  # and it still sees new work at once
             wait_for(lambda: completed(jq, 2), timeout=10)
+
+
+def test_attempts_are_counted_ahead_only_for_jobs_that_keep_an_attempt_after(zk_client) -> None:
+    """``start_ahead`` counts attempts before slots free, but never a job's last attempt: a worker that died with
+    it counted would leave the job dead without having run it."""
+    from zkqueue.runtime import Route, ThreadDriver, Worker
+
+    gates = {"b": threading.Event(), "r1": threading.Event()}
+    running = {name: threading.Event() for name in gates}
+
+    def handler(job):
+        if job.params in gates:
+            running[job.params].set()
+            assert gates[job.params].wait(30)
+        return job.params
+
+    driver = ThreadDriver("ahead-test")
+    with job_queue(zk_client) as jq:
+        worker = Worker([jq], lambda _q, _job: Route(driver, handler), [driver], concurrency=1, prefetch=16,
+                        start_ahead=8).start()
+        try:
+            jq.add_all([("w0", 0), ("w1", 1)])  # short runs first: the worker counts ahead for short handlers only
+            wait_for(lambda: completed(jq, 2))
+            jq.add("b", job_id="b")
+            wait_for(running["b"].is_set)
+            jq.add("r1", job_id="r1")  # r1 blocks too, so the jobs after it stay held while it runs
+            jq.add_all([(f"r{i}", i) for i in (2, 3)])  # the queue's 3 attempts: one to spare
+            for i in (1, 2, 3):
+                jq.add(i, job_id=f"o{i}", max_attempts=1)  # one attempt: never counted ahead
+            wait_for(lambda: worker.stats()["held"] == 6)
+            gates["b"].set()  # b ends; r1 starts, with r2 and r3 counted ahead, and no o
+            wait_for(running["r1"].is_set)
+            wait_for(lambda: jq.get("r3").attempts == 1)
+            assert jq.get("r2").attempts == 1
+            assert [jq.get(f"o{i}").attempts for i in (1, 2, 3)] == [0, 0, 0]
+            gates["r1"].set()
+            wait_for(lambda: completed(jq, 9))
+            assert {j: jq.get(j).attempts for j in ("b", "r1", "r2", "r3", "o1", "o2", "o3")} == dict.fromkeys(
+                ("b", "r1", "r2", "r3", "o1", "o2", "o3"), 1)
+        finally:
+            for gate in gates.values():
+                gate.set()
+            worker.stop()  # closes its driver

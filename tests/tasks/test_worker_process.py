@@ -422,3 +422,14 @@ def test_zkqueue_workers_lists_a_running_worker_until_it_stops(tasks, reader) ->
     assert reader.client.get_children(reader.workers_path) == []
     after = tasks.cli("workers", "tasksmod:app")
     assert (after.returncode, after.stdout) == (0, "") and "no live workers" in after.stderr
+
+
+def test_a_worker_started_with_start_ahead_runs_each_job_once_and_says_so(tasks, reader) -> None:
+    ids = [reader.enqueue("tasksmod.send_mail", f"u{i}@b", subject="hi").id for i in range(40)]
+    worker = tasks.worker("--burst", "--concurrency", "2", "--start-ahead", "8")
+    assert worker.wait() == 0, worker.log()
+    assert "concurrency 2, start ahead 8, burst" in worker.log()
+    jobs = [reader.job(job_id).get() for job_id in ids]
+    assert [(j.state, j.attempts) for j in jobs] == [(JobState.COMPLETED, 1)] * 40
+    bad = tasks.cli("worker", "tasksmod:app", "--start-ahead", "-1")
+    assert bad.returncode == 2 and "--start-ahead" in bad.stderr

@@ -134,9 +134,11 @@ class Worker:
     ``block_leases``: claim under block leases (None: while handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`); ``log_jobs``: an INFO line as each
     job starts and ends. ``start_ahead``: jobs held ahead whose attempts the dispatcher counts with those it starts
     (at most ``prefetch``; 0 by default), so that slots freed while a count's multi is under way are filled at
-    once: for handlers far shorter than a round trip (flow steps). Such a job given back on a stop is uncounted
-    again; only a worker that dies leaves its attempt counted. Start it with :meth:`start` (or
-    ``with``); :meth:`stop` drains it.
+    once: for handlers far shorter than a round trip (flow steps, short tasks). It counts ahead only while the
+    handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS`, only jobs that keep an attempt after this one
+    (so a worker that dies with it counted costs a job an attempt, never its last), and never for a rate-limited
+    queue. Such a job given back on a stop is uncounted again; only a worker that dies leaves its attempt counted.
+    Start it with :meth:`start` (or ``with``); :meth:`stop` drains it.
     """
 
     def __init__(self, queues: Sequence[JobQueue], route: Router, drivers: Sequence[Driver], *,
@@ -409,8 +411,9 @@ class Worker:
                     launch = len(batch)
                     # Attempts are counted ahead of free slots, but not for a rate-limited queue: its budget is
                     # spent as jobs start, so a job must not wait between its admission and its start.
-                    while (self._ready and ahead > 0 and not self._ready[0][1].counted
-                           and not getattr(self._ready[0][0], "rate_limited", False)):
+                    if ahead and not self._handlers_short():
+                        ahead = 0
+                    while self._ready and ahead > 0 and self._may_count_ahead(*self._ready[0]):
                         batch.append(self._ready.popleft())
                         ahead -= 1
                     self._starting = len(batch)
@@ -438,6 +441,22 @@ class Worker:
                     with self._cond:
                         self._starting = 0
                         self._cond.notify_all()
+
+    def _handlers_short(self) -> bool:
+        """Whether this worker's handlers average at most :data:`BLOCK_LEASE_HANDLER_SECONDS` (whatever its leases)."""
+        return self._mean_run is not None and self._mean_run <= BLOCK_LEASE_HANDLER_SECONDS
+
+    @staticmethod
+    def _may_count_ahead(queue: JobQueue, held: HeldJob) -> bool:
+        """Whether ``held``'s attempt may be counted before a slot is free for it (``start_ahead``): not counted yet,
+        not of a rate-limited queue (its budget is spent as jobs start), and an attempt left after this one."""
+        if held.counted or getattr(queue, "rate_limited", False):
+            return False
+        try:
+            most = queue.outcomes.policy(held.record).max_attempts
+        except Exception:  # noqa: BLE001 - a record the policy cannot read: it is counted as it starts
+            return False
+        return held.record.attempts + 1 < most
 
     def _expired(self) -> list[Attempt]:
         now = time.monotonic()

@@ -89,11 +89,13 @@ class TaskWorker:
     ``pool``: ``"thread"`` or ``"process"`` for sync tasks (a process pool needs ``spec``, the app's
     ``module:attribute``, for its children to load the app); async tasks run on an event loop. ``concurrency``,
     ``prefetch``, ``max_jobs``: see :class:`~zkqueue.runtime.Worker`. ``log_jobs``: a log line per job start and
-    end."""
+    end. ``start_ahead`` (default 0): held jobs whose attempts are counted in the multi that starts others, so slots
+    that free meanwhile fill without a round trip each (see :class:`~zkqueue.runtime.Worker`: only while tasks are
+    short, only jobs that keep an attempt after it); a worker that dies costs each such job an attempt."""
 
     def __init__(self, app: App, queues: Sequence[str] | None = None, *, pool: str = "thread",
                  concurrency: int = 1, prefetch: int | None = None, max_jobs: int | None = None,
-                 spec: str | None = None, log_jobs: bool = False) -> None:
+                 spec: str | None = None, log_jobs: bool = False, start_ahead: int = 0) -> None:
         names = list(queues) if queues else sorted({task.queue for task in app.tasks.values()})
         if not names:
             raise ConfigurationError("no queues to work on: the app has no tasks; give --queues")
@@ -111,7 +113,8 @@ class TaskWorker:
         drivers = [self._sync] + ([self._async] if self._async is not None else [])
         self.worker = Worker([app.queue(name) for name in names], self._route, drivers, concurrency=concurrency,
                              prefetch=prefetch, max_jobs=max_jobs, name="zkqueue-worker", log_jobs=log_jobs,
-                             block_leases=False)  # item leases: a canvas job's end is a fenced multi of its own
+                             block_leases=False,  # item leases: a canvas job's end is a fenced multi of its own
+                             start_ahead=start_ahead)
 
     def _route(self, queue: JobQueue, job: Job) -> Route:
         if job.headers and HEADER in job.headers:
@@ -184,14 +187,14 @@ def _drained(tw: TaskWorker) -> bool:
 
 def serve(app: App, queues: Sequence[str] | None, *, spec: str, pool: str = "thread", concurrency: int = 1,
           prefetch: int | None = None, burst: bool = False, max_jobs: int | None = None, shutdown_timeout: float = DEFAULT_STOP_TIMEOUT,
-          log_jobs: bool = True) -> int:
+          log_jobs: bool = True, start_ahead: int = 0) -> int:
     """Run a worker in this process until a signal, ``burst`` (nothing left to run) or ``max_jobs``; the exit code.
 
     SIGTERM or SIGINT: a warm shutdown (no more claims, held jobs given back uncounted, running jobs finish within
     ``shutdown_timeout``, exit 0). A second signal: a cold shutdown (running jobs given back, their attempt
     counted; exit 1). Registers the worker under the app's ``workers`` node while it runs."""
     tw = TaskWorker(app, queues, pool=pool, concurrency=concurrency, prefetch=prefetch, max_jobs=max_jobs,
-                    spec=spec, log_jobs=log_jobs)
+                    spec=spec, log_jobs=log_jobs, start_ahead=start_ahead)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -205,8 +208,9 @@ def serve(app: App, queues: Sequence[str] | None, *, spec: str, pool: str = "thr
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     registration = Registration(app.client, app.workers_path, queues=tw.queue_names, pool=pool,
                                 concurrency=concurrency)
-    log.info("worker %s started: queues %s, %s pool, concurrency %d%s", registration.info.name,
-                ",".join(tw.queue_names), pool, concurrency, ", burst" if burst else "")
+    log.info("worker %s started: queues %s, %s pool, concurrency %d%s%s", registration.info.name,
+                ",".join(tw.queue_names), pool, concurrency, f", start ahead {start_ahead}" if start_ahead else "",
+                ", burst" if burst else "")
     warm = False
     try:
         tw.start()
