@@ -145,8 +145,8 @@ def drive_bullmq_peer(script: str, what: str, server: Any, home: Path, count: in
     """One run of a BullMQ FlowProducer peer script (``bullmq_flows.mjs``, ``bullmq_chord.mjs``) on ``server``,
     through its line protocol: READY, then GO -> ADDED and DONE (the last root's 'completed' event, or none within
     ``max_seconds`` of the first add), then CHECK -> CHECKED. Returns ``ok`` (roots read back correct, 0 without
-    DONE), ``done``, ``seconds`` (first add to DONE, or ``max_seconds``), ``add_seconds``, ``worker_start_seconds``
-    and the BullMQ ``version``."""
+    DONE), ``done``, ``seconds`` (first add to DONE or to the last add's acknowledgement, whichever came later; or
+    ``max_seconds``), ``add_seconds``, ``worker_start_seconds`` and the BullMQ ``version``."""
     from benchmarks.jobs_live import _installed_version, node_executable  # noqa: PLC0415
     from benchmarks.jobs_peers import WorkerProcess  # noqa: PLC0415
 
@@ -167,7 +167,9 @@ def drive_bullmq_peer(script: str, what: str, server: Any, home: Path, count: in
             raise RuntimeError(f"BullMQ adds did not finish in {max_seconds:g} s: {proc.stderr_tail()}")
         t0, t_added = float(added["t0"]), float(added["t_added"])
         done = proc.expect("DONE", max(0.0, t0 + max_seconds - time.time()))
-        t_end = float(done["t_done"]) if done else t0 + max_seconds
+        # ends once every root completed and every add was acknowledged (the last completion can be seen first),
+        # as zkqueue's rows end, which look for the end only after their adds returned
+        t_end = max(float(done["t_done"]), t_added) if done else t0 + max_seconds
         proc.send("CHECK")
         checked = proc.expect("CHECKED", 120.0) or {}
         return {"ok": int(checked.get("correct", 0)) if done else 0, "done": done is not None,

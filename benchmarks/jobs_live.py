@@ -315,7 +315,10 @@ def run_bullmq(server: RedisServer, home: Path, s: LiveSettings) -> dict[str, An
                                f"{producer.stderr_tail()}")
         t0, t_added = float(added["t0"]), float(added["t_added"])
         done = worker.expect("DONE", max(0.0, t0 + s.max_seconds - time.time()))
-        t_end = float(done["t_done"]) if done else time.time()
+        # The run ends once every job completed and the producer has every add acknowledged, as zkqueue's rows end
+        # (they look for the end only after their adds returned): the worker process can see the last job complete
+        # before the producer's process has read the acknowledgement of its last add.
+        t_end = max(float(done["t_done"]), t_added) if done else time.time()
         if done is None:
             worker.kill()  # cut short: the count below is the count at the cap
         producer.send("CHECK")
