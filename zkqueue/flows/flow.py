@@ -324,8 +324,9 @@ class Flow:
         one attempt of a step may run (None: no limit); past it the attempt fails with
         :class:`~zkqueue.errors.JobTimeoutError` and is retried by the step's policy (or is dead, and the flow job
         learns of it), and the hung handler's late result is refused. ``prefetch``: step jobs held ahead of free
-        slots (None: the runtime's default), their attempt counted only when they start. See
-        :mod:`zkqueue.flows.worker`."""
+        slots (None: :data:`~zkqueue.flows.worker.FLOW_PREFETCH`, at least ``8 * concurrency``); while the handlers
+        are short, the attempts of up to :data:`~zkqueue.flows.worker.START_AHEAD` of them (those with an attempt to
+        spare) are counted with the ones starting. See :mod:`zkqueue.flows.worker`."""
         self._check_writable()
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")

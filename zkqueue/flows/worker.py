@@ -48,10 +48,13 @@ log = logging.getLogger("zkqueue.flows.worker")
 
 #: Step jobs a flow worker holds ahead of its free slots by default (at least ``8 * concurrency``): each claim and
 #: each start is one round trip whatever its size, so a step of short handlers is claimed in large batches.
-FLOW_PREFETCH = 128
+FLOW_PREFETCH = 256
 #: Step jobs whose attempts a flow worker counts ahead of its free slots (at least ``4 * concurrency``, at most the
-#: prefetch): see ``start_ahead`` of :class:`~zkqueue.runtime.Worker`.
-START_AHEAD = 32
+#: prefetch): see ``start_ahead`` of :class:`~zkqueue.runtime.Worker` (only jobs with an attempt to spare, while
+#: the handlers are short). The dispatcher waits for each count's multi, so the more it counts at once, the fewer
+#: such waits per step job: 128 ran a 3-step flow about 15% faster than 32 on the benchmark's worker; a worker that
+#: dies costs each job counted an attempt (never its last).
+START_AHEAD = 128
 
 
 class WorkedFlow(Protocol):
