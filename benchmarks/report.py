@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +15,29 @@ from rich.table import Table
 IMPL_LABELS = {"zkqueue": "zkqueue", "curator": "Curator 5.9.0", "kazoo": "kazoo 2.11"}
 
 
+def _paired_notes(name: str, section: dict[str, Any], ours: str, theirs: Callable[[dict[str, Any]], str]) -> list[str]:
+    """The lines of a row run beside BullMQ's FlowProducer (``section`` has ``status`` "ok"): ``ours`` (what ran
+    and its median) with the runs' state, then BullMQ's line, ``theirs(peer)``, with the ratio, or why it is n/a."""
+    runs = section.get("runs", [])
+    state = "complete" if runs and all(r.get("complete") for r in runs) else "INCOMPLETE"
+    out = [f"{name}: {ours} (median of {section['repeats']}, {state})"]
+    peer = section.get("bullmq") or {}
+    if peer.get("median") is not None:
+        out.append(f"{name}: BullMQ {peer['runs'][0].get('version') or ''} FlowProducer, {theirs(peer)}; "
+                   f"zkqueue / BullMQ = {section.get('ratio')}")
+    elif peer:
+        out.append(f"{name}: BullMQ FlowProducer: n/a ({peer.get('reason', '')})")
+    return out
+
+
 def flows_notes(report: dict[str, Any]) -> list[str]:
     """The flows row's lines: flow jobs/s through the 3-step linear flow beside BullMQ's FlowProducer, same chain."""
     flows = report.get("flows") or {}
     if flows.get("status") != "ok":
         return []
-    runs = flows.get("runs", [])
-    state = "complete" if runs and all(r.get("complete") for r in runs) else "INCOMPLETE"
-    out = [f"flows: {flows['count']} flow jobs through a {flows['steps']}-step linear flow, one worker process: "
-           f"{flows['median']:.1f} flow jobs/s (median of {flows['repeats']}, {state})"]
-    peer = flows.get("bullmq") or {}
-    if peer.get("median") is not None:
-        out.append(f"flows: BullMQ {peer['runs'][0].get('version') or ''} FlowProducer, same chain, same run: "
-                   f"{peer['median']:.1f} flows/s; zkqueue / BullMQ = {flows.get('ratio')}")
-    elif peer:
-        out.append(f"flows: BullMQ FlowProducer: n/a ({peer.get('reason', '')})")
-    return out
+    return _paired_notes("flows", flows, f"{flows['count']} flow jobs through a {flows['steps']}-step linear flow, "
+                         f"one worker process: {flows['median']:.1f} flow jobs/s",
+                         lambda peer: f"same chain, same run: {peer['median']:.1f} flows/s")
 
 
 def canvas_notes(report: dict[str, Any]) -> list[str]:
@@ -37,18 +45,10 @@ def canvas_notes(report: dict[str, Any]) -> list[str]:
     canvas = report.get("canvas") or {}
     if canvas.get("status") != "ok":
         return [f"canvas: n/a ({canvas['reason']})"] if canvas.get("reason") not in (None, "not run") else []
-    runs = canvas.get("runs", [])
-    state = "complete" if runs and all(r.get("complete") for r in runs) else "INCOMPLETE"
-    out = [f"canvas: {canvas['count']} chords of {canvas['members']} members, one worker process: "
-           f"{canvas['median']:.2f} chords/s (median of {canvas['repeats']}, {state})"]
-    peer = canvas.get("bullmq") or {}
-    if peer.get("median") is not None:
-        out.append(f"canvas: BullMQ {peer['runs'][0].get('version') or ''} FlowProducer, a parent with "
-                   f"{canvas['members']} children, same run: {peer['median']:.2f} flows/s; zkqueue / BullMQ = "
-                   f"{canvas.get('ratio')}")
-    elif peer:
-        out.append(f"canvas: BullMQ FlowProducer: n/a ({peer.get('reason', '')})")
-    return out
+    return _paired_notes("canvas", canvas, f"{canvas['count']} chords of {canvas['members']} members, one worker "
+                         f"process: {canvas['median']:.2f} chords/s",
+                         lambda peer: f"a parent with {canvas['members']} children, same run: "
+                         f"{peer['median']:.2f} flows/s")
 
 
 def summarize(runs: list[dict[str, Any]], metric: str) -> dict[str, Any]:
