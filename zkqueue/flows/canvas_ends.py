@@ -126,28 +126,22 @@ def commit_many(canvases: CanvasHandoff, batch: list[QueuedEnd]) -> None:
         release_many([held for held, _ref, _ending in batch])
         raise
     for (held, ref, _ending), outcome in zip(batch, outcomes):
-        if isinstance(outcome, Exception):
-            log.warning("node %s of canvas %s could not hand off (%r): given back for a retry", ref.step,
-                        canvas_of_job(ref.job_id), outcome)
-            held.release()
-        elif outcome == handoff.OK:
-            held.forget()  # the item and the lease's nodes went in the hand-off's multi
-        else:
-            held.release()  # the lease was lost: nothing of ours committed
+        handoff.ended(held, outcome, _describe(ref))
+
+
+def _describe(ref: CanvasRef) -> Callable[[], str]:
+    return lambda: f"node {ref.step} of canvas {canvas_of_job(ref.job_id)}"
 
 
 def _end(canvases: CanvasHandoff, held: Any, ref: CanvasRef, ending: Ending | None) -> bool:
-    """The hand-off; whether it committed (else the job is given back)."""
+    """The hand-off; whether it committed (else the job is given back). What keeps it from committing is raised
+    (the runtime logs it; the job was given back here)."""
     try:
         outcome = canvases.end(ref, ending)
     except BaseException:
         held.release()
         raise
-    if outcome == handoff.OK:
-        held.forget()  # the item and the lease's nodes went in the hand-off's multi
-        return True
-    held.release()  # the lease was lost: nothing of ours committed
-    return False
+    return handoff.ended(held, outcome, _describe(ref))
 
 
 __all__ = ["SKIPPED", "CanvasCall", "QueuedEnd", "commit_many", "end_attempt", "is_canvas_job", "unknown_task"]

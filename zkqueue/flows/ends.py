@@ -18,7 +18,7 @@ import json
 import logging
 import traceback as tb
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from zkqueue.errors import ConfigurationError, SerializationError
 from zkqueue.flows import handoff
@@ -155,7 +155,7 @@ def settle_many(flow: EndedFlow, runs: list[tuple[StepRun, Any, BaseException | 
         if todo:
             outcomes = flow.handoff.end_many([(ref, ending, read) for _i, _h, ref, ending, read, _d in todo])
             for (i, held, ref, _ending, _read, done), outcome in zip(todo, outcomes):
-                out[i] = done if _ended(held, ref, outcome) else RELEASED
+                out[i] = done if handoff.ended(held, outcome, _describe(ref)) else RELEASED
     except BaseException:
         release_many([run.held for (run, _v, _e), o in zip(runs, out) if o is None])
         raise
@@ -200,18 +200,8 @@ def _failure(flow: EndedFlow, run: StepRun, exc: BaseException) -> Any:
     return ("handoff", dead, Ending(ok=False, errors=step_errors(step.name, dead.record)), run.read, DEAD)
 
 
-def _ended(held: HeldJob, ref: StepRef, outcome: Any) -> bool:
-    """After :meth:`Handoff.end_many`: let the engine know how ``held``'s hand-off went; whether it committed."""
-    if isinstance(outcome, Exception):
-        log.warning("step %s of flow job %s could not hand off (%r): given back for a retry", ref.step,
-                    ref.job_id, outcome)
-        held.release()
-        return False
-    if outcome == handoff.OK:
-        held.forget()
-        return True
-    held.release()
-    return False
+def _describe(ref: StepRef) -> Callable[[], str]:
+    return lambda: f"step {ref.step} of flow job {ref.job_id}"
 
 
 def fail(flow: EndedFlow, step: Step, held: HeldJob, error: BaseException) -> str:
@@ -234,20 +224,13 @@ def _failed(flow: EndedFlow, run: StepRun, exc: BaseException) -> str:
 def _end(flow: EndedFlow, held: HeldJob, ref: StepRef, ending: Ending | None, read: Any) -> bool:
     """Hand off; whether it committed (else the job was given back)."""
     try:
-        outcome = flow.handoff.end(ref, ending, read)
+        outcome: str | BaseException = flow.handoff.end(ref, ending, read)
     except Exception as exc:  # racing for ever, no connection, a refused request: the claim counted an attempt
-        log.warning("step %s of flow job %s could not hand off (%r): given back for a retry", ref.step,
-                    ref.job_id, exc)
-        held.release()
-        return False
+        outcome = exc
     except BaseException:
         held.release()
         raise
-    if outcome == handoff.OK:
-        held.forget()  # the item and the lease's nodes went in the hand-off's multi: nothing to send
-        return True
-    held.release()  # the lease was lost: let the engine clear whatever of it is still ours
-    return False
+    return handoff.ended(held, outcome, _describe(ref))
 
 
 _MISSING = object()

@@ -93,6 +93,21 @@ def step_errors(step: str, record: Record) -> tuple[StepError, ...]:
     return tuple(StepError(step, e.attempt, e.error, e.at_ms) for e in record.errors)
 
 
+def ended(held: Any, outcome: str | BaseException, describe: Callable[[], str]) -> bool:
+    """After the hand-off of ``held`` (a :class:`~zkqueue.jobs.scope.HeldJob`) came to ``outcome`` (:data:`OK`,
+    :data:`LOST`, or the exception that kept it from committing): let the engine know, and say whether it committed.
+    Committed: the item and the lease's nodes went in the hand-off's multi, nothing is left to send. Otherwise the
+    job is given back (it runs again; an exception is logged, naming the job by ``describe()``). Flow steps and
+    canvas nodes both end here."""
+    if isinstance(outcome, BaseException):
+        log.warning("%s could not hand off (%r): given back for a retry", describe(), outcome)
+    elif outcome == OK:
+        held.forget()
+        return True
+    held.release()  # the lease was lost, or nothing committed: the engine clears whatever of it is still ours
+    return False
+
+
 class Handoff:
     """Commits step ends for one flow."""
 
