@@ -14,7 +14,7 @@ the same concurrency (``benchmarks/bullmq_flows.mjs``); its end is the 'complete
 The row's ``ratio`` is zkqueue's median over BullMQ's. BullMQ's row is "n/a" with the reason when Node, npm (the
 first run installs BullMQ into ``benchmarks/.node/``) or ``redis-server`` is missing.
 
-    python -m benchmarks.flows_bench section --hosts HOSTS [--count 500]
+    python -m benchmarks.flows_bench section --hosts HOSTS [--count 500] [--workers 1]
     python -m benchmarks.flows_bench worker --hosts HOSTS --path PATH      (the worker process)
     python -m benchmarks.flows_bench threads [--steps 5] [--concurrency 4]  (threads of a flow worker at work)
     python -m benchmarks.flows_bench ops [--count 500]       (ZooKeeper write ops per step job of a flow worker)
@@ -80,20 +80,21 @@ def _empty(client: Any, path: str) -> bool:
     return stat is None or stat.numChildren == 0
 
 
-def run_once(hosts: str, count: int, max_seconds: float, concurrency: int = 4) -> dict[str, Any]:
-    """One run: ``count`` flow jobs through the 3 steps, one worker process."""
+def run_once(hosts: str, count: int, max_seconds: float, concurrency: int = 4, workers: int = 1) -> dict[str, Any]:
+    """One run: ``count`` flow jobs through the 3 steps, ``workers`` worker processes (the row's: one)."""
     path = f"/bench-flows-{uuid.uuid4().hex[:8]}"
     client = _client(hosts)
     flow = _flow(client, path)
     flow.start()
     t_spawn = time.monotonic()
-    worker = subprocess.Popen([sys.executable, "-m", "benchmarks.flows_bench", "worker", "--hosts", hosts, "--path",
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.flows_bench", "worker", "--hosts", hosts, "--path",
                                path, "--concurrency", str(concurrency)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, cwd=_REPO_ROOT)
+                              stdout=subprocess.PIPE, text=True, cwd=_REPO_ROOT) for _ in range(workers)]
     try:
-        assert worker.stdout is not None
-        if worker.stdout.readline().strip() != "READY":
-            raise RuntimeError("the flows worker did not start")
+        for worker in procs:
+            assert worker.stdout is not None
+            if worker.stdout.readline().strip() != "READY":
+                raise RuntimeError("a flows worker did not start")
         worker_start = time.monotonic() - t_spawn
         t0 = time.time()
         with ThreadPoolExecutor(INFLIGHT) as adders:
@@ -113,14 +114,16 @@ def run_once(hosts: str, count: int, max_seconds: float, concurrency: int = 4) -
         return {"impl": "zkqueue", "jobs": done, "count": count, "seconds": round(seconds, 6),
                 "rate": round(done / seconds, 1) if seconds > 0 else 0.0, "add_seconds": round(t_added - t0, 6),
                 "complete": done_at is not None and done == count, "worker_start_seconds": round(worker_start, 3),
-                "steps": len(STEPS), "concurrency": concurrency}
+                "steps": len(STEPS), "concurrency": concurrency, "workers": workers}
     finally:
-        with contextlib.suppress(Exception):
-            worker.stdin.close()  # type: ignore[union-attr]
-        try:
-            worker.wait(60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        for worker in procs:
+            with contextlib.suppress(Exception):
+                worker.stdin.close()  # type: ignore[union-attr]
+        for worker in procs:
+            try:
+                worker.wait(60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
         with contextlib.suppress(Exception):
             flow.close()
             client.delete(path, recursive=True)
@@ -217,10 +220,12 @@ def paired_section(ours: Any, peer_run: Any, repeats: int, *, bullmq: bool = Tru
     return out
 
 
-def run_section(hosts: str, count: int, repeats: int, max_seconds: float, *, bullmq: bool = True) -> dict[str, Any]:
+def run_section(hosts: str, count: int, repeats: int, max_seconds: float, *, bullmq: bool = True,
+                workers: int = 1) -> dict[str, Any]:
     """The ``flows`` row: ``repeats`` runs of zkqueue and of BullMQ's FlowProducer (one after the other in each
-    repeat), their median rates (flow jobs/s) and ``ratio`` (zkqueue's median over BullMQ's)."""
-    paired = paired_section(lambda: run_once(hosts, count, max_seconds),
+    repeat), their median rates (flow jobs/s) and ``ratio`` (zkqueue's median over BullMQ's). ``workers``: zkqueue's
+    worker processes (the row's: one; more show how a flow scales out, beside the same BullMQ run)."""
+    paired = paired_section(lambda: run_once(hosts, count, max_seconds, workers=workers),
                             lambda server, home: run_bullmq(server, home, count, max_seconds), repeats, bullmq=bullmq)
     return {"status": "ok", "count": count, "repeats": repeats, "steps": len(STEPS), "inflight": INFLIGHT, **paired}
 
@@ -321,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-seconds", type=float, default=120.0)
     ap.add_argument("--no-bullmq", action="store_true", help="section: skip BullMQ's FlowProducer row")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="section: zkqueue's worker processes (the benchmark row's: 1)")
     args = ap.parse_args(argv)
+    if args.workers < 1:
+        ap.error("--workers must be at least 1")
     if args.mode == "worker":
         if not (args.hosts and args.path):
             ap.error("worker needs --hosts and --path")
@@ -338,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "ops":
             print(json.dumps(count_ops(hosts, args.count, args.concurrency), indent=2), flush=True)
             return 0
-        print(json.dumps(run_section(hosts, args.count, args.repeats, args.max_seconds, bullmq=not args.no_bullmq),
-                         indent=2), flush=True)
+        print(json.dumps(run_section(hosts, args.count, args.repeats, args.max_seconds, bullmq=not args.no_bullmq,
+                                     workers=args.workers), indent=2), flush=True)
     return 0
 
 

@@ -16,11 +16,13 @@ def _ours(row: dict) -> dict:
     return run
 
 
-def test_flows_row_completes_every_flow_job(zk_hosts: str) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_flows_row_completes_every_flow_job(zk_hosts: str, workers: int) -> None:
     from benchmarks import flows_bench
 
-    run = _ours(flows_bench.run_section(zk_hosts, 30, 1, 60.0, bullmq=False))
+    run = _ours(flows_bench.run_section(zk_hosts, 30, 1, 60.0, bullmq=False, workers=workers))
     assert run["complete"] and run["jobs"] == run["count"] == 30, run
+    assert run["workers"] == workers, run
 
 
 def test_canvas_row_completes_every_chord(zk_hosts: str) -> None:
