@@ -368,7 +368,7 @@ class Worker:
     def _short_jobs(self) -> bool:
         if self._block_leases is not None:
             return self._block_leases
-        return self._mean_run is not None and self._mean_run <= BLOCK_LEASE_HANDLER_SECONDS
+        return self._handlers_short()
 
     def _give_back_ready(self) -> None:
         with self._cond:
