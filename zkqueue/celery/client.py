@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,12 +27,14 @@ from kazoo.protocol.states import KazooState
 
 from zkqueue.errors import BrokerConnectionError
 from zkqueue.celery.url import ZkUrl
-from zkqueue.engine.api import client_kwargs, new_client
+from zkqueue.engine.api import CONNECTION_ERRORS, Backoff, client_kwargs, new_client
 from zkqueue.errors import ConfigurationError
 
 log = logging.getLogger("zkqueue.celery.client")
 
 DEFAULT_SESSION_TIMEOUT = 10.0
+#: The pause before a client's start is tried again after its connection was lost right after the handshake.
+START_BACKOFF = Backoff(0.05, 1.0)
 
 
 @dataclass(eq=False)
@@ -97,9 +100,26 @@ def acquire(url: ZkUrl, *, connect_timeout: float, session_timeout: float | None
             shared.users += 1
             return shared
         _probe(url, connect_timeout)
-        client = new_client(url.connect_string, timeout=timeout, **client_kwargs(auth=url.auth, acl=acl))
+        client = _start(url, timeout, acl, connect_timeout)
+        shared = SharedClient(key, client, users=1)
+        client.add_listener(shared.on_state)
+        _clients[key] = shared
+        log.debug("started client for %s", url.as_uri())
+        return shared
+
+
+def _start(url: ZkUrl, session_timeout: float, acl: Any, connect_timeout: float) -> KazooClient:
+    """A started client for ``url`` (see :func:`acquire` for the errors). kazoo's ``start()`` connects and then,
+    with a chroot, asks whether the chroot exists: a connection lost in between (its server died just after the
+    handshake, as in a leader election) fails that request with ``ConnectionLoss``. Such a start is tried again
+    with a fresh client, pausing as :data:`START_BACKOFF`, until ``connect_timeout`` has passed."""
+    deadline = time.monotonic() + connect_timeout
+    tries = 0
+    while True:
+        client = new_client(url.connect_string, timeout=session_timeout, **client_kwargs(auth=url.auth, acl=acl))
         try:
-            client.start(timeout=connect_timeout)
+            client.start(timeout=max(0.1, deadline - time.monotonic()))
+            return client
         except KazooTimeoutError as exc:
             _close_quietly(client)
             raise BrokerConnectionError(
@@ -107,14 +127,18 @@ def acquire(url: ZkUrl, *, connect_timeout: float, session_timeout: float | None
         except AuthFailedError as exc:
             _close_quietly(client)
             raise ConfigurationError(f"ZooKeeper refused the credentials of {url.as_uri()}") from exc
+        except CONNECTION_ERRORS as exc:
+            _close_quietly(client)
+            tries += 1
+            pause = START_BACKOFF.delay(tries)
+            if time.monotonic() + pause >= deadline:
+                raise BrokerConnectionError(f"lost the connection to {url.as_uri()} as it started, {tries} time(s) "
+                                            f"within {connect_timeout:g} s") from exc
+            log.info("the connection to %s was lost as it started (%r); again in %.2f s", url.as_uri(), exc, pause)
+            time.sleep(pause)
         except Exception:
             _close_quietly(client)
             raise
-        shared = SharedClient(key, client, users=1)
-        client.add_listener(shared.on_state)
-        _clients[key] = shared
-        log.debug("started client for %s", url.as_uri())
-        return shared
 
 
 def _probe(url: ZkUrl, connect_timeout: float) -> None:

@@ -5,6 +5,7 @@ Point a client at ``proxy.connect_string`` instead of the server, then::
     proxy.stall()   # connections stay open but no byte moves either way (a network partition)
     proxy.drop()    # every connection is closed now and new ones are closed on accept (a dead host)
     proxy.heal()    # back to passing traffic; bytes held during a stall are delivered
+    proxy.cut_after_handshake()  # the next connection is closed as its first request after the handshake is sent
 
 A client cut off by ``stall()`` or ``drop()`` for longer than its session timeout loses its session: the server
 expires it, and the client learns so when it reaches the server again. Loopback only, stdlib only, threads only
@@ -51,6 +52,9 @@ class TcpProxy:
         self._listener.settimeout(_POLL * 4)
         self.host, self.port = self._listener.getsockname()[:2]
         self.connections_accepted = 0
+        self._cuts_left = 0
+        #: Connections closed by :meth:`cut_after_handshake` so far.
+        self.cuts = 0
         self._thread = threading.Thread(target=self._accept_loop, name=f"tcp-proxy-{self.port}", daemon=True)
         self._thread.start()
 
@@ -82,6 +86,14 @@ class TcpProxy:
     def heal(self) -> None:
         self._mode = ProxyMode.PASS
         log.info("proxy %s -> %s:%d passing", self.connect_string, *self.target)
+
+    def cut_after_handshake(self, count: int = 1) -> None:
+        """Close each of the next ``count`` connections when its client sends the first request after the session
+        handshake (a client's second write); that request never reaches the server. The client was connected and
+        loses the connection with that request pending: what a client sees when its server dies (a leader election)
+        just after it connected."""
+        with self._lock:
+            self._cuts_left += count
 
     def close(self) -> None:
         self._closed.set()
@@ -132,10 +144,25 @@ class TcpProxy:
                 self._conns.append(pair)
             for src, dst, name in ((downstream, upstream, "up"), (upstream, downstream, "down")):
                 threading.Thread(
-                    target=self._pump, args=(pair, src, dst), name=f"tcp-proxy-{self.port}-{name}", daemon=True
+                    target=self._pump, args=(pair, src, dst, name == "up"), name=f"tcp-proxy-{self.port}-{name}",
+                    daemon=True,
                 ).start()
 
-    def _pump(self, pair: tuple[socket.socket, socket.socket], src: socket.socket, dst: socket.socket) -> None:
+    def _cut_now(self, writes: int) -> bool:
+        """Whether a client's ``writes``-th write closes its connection (see :meth:`cut_after_handshake`)."""
+        if writes != 2:
+            return False
+        with self._lock:
+            if self._cuts_left <= 0:
+                return False
+            self._cuts_left -= 1
+            self.cuts += 1
+        log.info("proxy %s: connection cut after its handshake", self.connect_string)
+        return True
+
+    def _pump(self, pair: tuple[socket.socket, socket.socket], src: socket.socket, dst: socket.socket,
+              from_client: bool = False) -> None:
+        writes = 0
         try:
             while not self._closed.is_set():
                 if self._mode is not ProxyMode.PASS:
@@ -149,6 +176,9 @@ class TcpProxy:
                 data = src.recv(_CHUNK)
                 if not data:
                     break
+                writes += 1
+                if from_client and self._cut_now(writes):
+                    break  # the request is not forwarded; both sides are closed below
                 dst.sendall(data)
         except (OSError, ValueError):
             pass  # a side closed (or drop() closed both): the connection is over
